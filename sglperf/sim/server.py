@@ -597,7 +597,9 @@ def build_app(srv: SimServer) -> web.Application:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
             return error_response(400, f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         stream = bool(body.get("stream", False))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage", False))
+        stream_options = body.get("stream_options") or {}
+        include_usage = bool(stream_options.get("include_usage", False))
+        continuous_usage = include_usage and bool(stream_options.get("continuous_usage_stats", False))
         model_name = body.get("model") or srv.res.served_model_name
         cid = f"cmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -643,7 +645,10 @@ def build_app(srv: SimServer) -> web.Application:
                     return resp
                 ids = st.output_ids(vocab)
                 done = st.finished or fault == "short"
-                await resp.write(sse(chunk(text_of(ids[sent:]), "length" if done else None)))
+                c = chunk(text_of(ids[sent:]), "length" if done else None)
+                if continuous_usage:
+                    c["usage"] = usage()
+                await resp.write(sse(c))
                 sent = len(ids)
                 if done:
                     break

@@ -1,0 +1,191 @@
+"""`sglperf bench`: an ad-hoc sweep of a running server: live progress per level, a table, run JSON, records.
+
+Why a separate command: engineers tune by hand between suite runs; the same client and maths as the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+from dataclasses import asdict
+
+import aiohttp
+
+from . import __version__
+from .client import Target, Workload
+from .fileio import atomic_write_json, write_jsonl
+from .level import LevelMeasurement, LevelSpec, measure_level
+from .metrics import MeasurementPolicy
+from .records import SCHEMA_VERSION, LevelResult
+from .redact import api_key_from_env, redact
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"levels must be positive integers, got {text!r}")
+    return vals
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"rates must be > 0, got {text!r}")
+    return vals
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", required=True, help="base URL of a running server, e.g. http://127.0.0.1:30000")
+    p.add_argument("--api", choices=["sglang", "openai"], default="sglang")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--levels", type=int_list, default=None, help="closed-loop concurrencies, e.g. 8,16,32")
+    g.add_argument("--rates", type=float_list, default=None, help="open-loop request rates (req/s)")
+    p.add_argument("--max-concurrency", type=int, default=None, help="concurrency cap for --rates")
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--isl", type=int, default=128)
+    p.add_argument("--osl", type=int, default=128)
+    p.add_argument("--vocab-range", default="1000,30000", help="prompt ids are drawn from [LOW,HIGH)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
+    p.add_argument("--ci-target", type=float, default=0.01, help="CI half-width / sustained to stop at (0.01)")
+    p.add_argument("--ratio", type=float, default=0.9, help="steady-state in-flight ratio (0.9)")
+    p.add_argument("--max-seconds", type=float, default=600.0, help="longest a level may run")
+    p.add_argument("--min-seconds", type=float, default=0.0)
+    p.add_argument("--stall-timeout", type=float, default=60.0)
+    p.add_argument("--request-timeout", type=float, default=3600.0)
+    p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between levels")
+    p.add_argument("--json", dest="json_path", default=None, help="write the run as JSON")
+    p.add_argument("--records", default=None, help="write per-request records as JSONL (.gz to compress)")
+
+
+def _progress(info: dict) -> None:
+    ci = info["ci"]
+    sus = info["sustained"]
+    sus_s = f"sustained {sus:,.0f} ± {ci:,.0f}" if sus and ci else "sustained …"
+    line = (f"[{info['level']}] {info['elapsed']:6.1f} s  done {info['done']:>6}  in flight {info['in_flight']:>5}  "
+            f"{info['tps']:>9,.0f} tok/s  {sus_s}  errors {info['errors']}")
+    if sys.stderr.isatty():
+        print("\r" + line, end="", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def fmt(x, spec=",.0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(results: list[LevelResult]) -> str:
+    head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} {'TTFT p50/p99 ms':>17} "
+            f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}  valid")
+    rows = [head, "-" * len(head)]
+    for r in results:
+        lvl = f"c{r.concurrency}" if r.concurrency is not None else f"r{r.rate:g}"
+        sus = f"{fmt(r.sustained_output_tps)} ± {fmt(r.sustained_output_tps_ci95, ',.1f')}"
+        ttft = f"{fmt(r.ttft_ms.median)}/{fmt(r.ttft_ms.p99)}"
+        e2e = fmt(r.e2e_ms.median / 1e3 if r.e2e_ms.median else None, ".2f")
+        ratio = fmt(r.server_ratio, ".3f")
+        rows.append(f"{lvl:>7} {sus:>21} {fmt(r.sustained_total_tps):>8} {fmt(r.whole_run_output_tps):>9} "
+                    f"{fmt(r.peak_output_tps):>7} {ttft:>17} {fmt(r.tpot_ms.median, '.1f'):>8} {e2e:>9} "
+                    f"{fmt(r.achieved_concurrency, '.1f'):>6} {ratio:>7} {fmt(r.server_mean_running, '.0f'):>7}  "
+                    f"{'yes' if r.valid else 'NO: ' + '; '.join(r.invalid_reasons)}")
+    rows.append("sustained = steady-state window, ±95% CI (batch means); whole-run and peak as bench_serving defines "
+                "them (reported, never gated); server = client sustained / server's own count over the window")
+    return "\n".join(rows)
+
+
+async def fetch_json(url: str, api_key: str | None) -> dict | None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+            async with s.get(url, headers=headers) as r:
+                return await r.json() if r.status == 200 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def flush_cache(url: str, api_key: str | None, timeout: float = 60.0) -> str:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout + 10)) as s:
+            async with s.post(f"{url.rstrip('/')}/flush_cache?timeout={timeout:g}", headers=headers) as r:
+                return f"{r.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        return f"failed: {e}"
+
+
+async def check_server(url: str, api_key: str | None) -> None:
+    """Fail fast with a clear message if nothing answers at URL."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+            async with s.get(url.rstrip("/") + "/health") as r:
+                if r.status != 200:
+                    raise SystemExit(f"sglperf bench: {url}/health answered HTTP {r.status}; the server is not ready")
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise SystemExit(f"sglperf bench: cannot reach the server at {url!r}: {e}") from None
+
+
+async def run(args: argparse.Namespace) -> tuple[list[LevelMeasurement], dict | None]:
+    key = api_key_from_env()
+    await check_server(args.url, key)
+    lo, hi = (int(x) for x in args.vocab_range.split(","))
+    model = args.model
+    if args.api == "openai" and model is None:
+        models = await fetch_json(args.url.rstrip("/") + "/v1/models", key)
+        if models and models.get("data"):
+            model = models["data"][0].get("id")
+    target = Target(args.url, api=args.api, api_key=key, model=model)
+    workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi)
+    policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio)
+    server_info = await fetch_json(args.url.rstrip("/") + "/server_info", key)
+    specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
+                        stall_timeout_s=args.stall_timeout) for c in (args.levels or [8, 16, 32])]
+             if not args.rates else
+             [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness,
+                        max_seconds=args.max_seconds, min_seconds=args.min_seconds,
+                        stall_timeout_s=args.stall_timeout) for r in args.rates])
+    out = []
+    for i, spec in enumerate(specs):
+        if not args.no_flush:
+            await flush_cache(args.url, key)
+        m = await measure_level(target, workload, spec, policy, stream_id=i, request_timeout=args.request_timeout,
+                                progress=_progress)
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        out.append(m)
+    return out, server_info
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        measurements, server_info = asyncio.run(run(args))
+    except ValueError as e:
+        print(f"sglperf bench: {e}", file=sys.stderr)
+        return 2
+    results = [m.result for m in measurements]
+    print(table(results))
+    if args.json_path:
+        doc = {"schema_version": SCHEMA_VERSION, "kind": "bench", "sglperf_version": __version__,
+               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "arguments": {k: v for k, v in vars(args).items() if k != "func"},
+               "server_info": server_info, "levels": [r.to_dict() for r in results],
+               "scrape_source": [m.scrape_source for m in measurements]}
+        atomic_write_json(args.json_path, redact(doc))
+        print(f"run JSON: {args.json_path}")
+    if args.records:
+        write_jsonl(args.records, ({"level": i, **asdict(rec)} for i, m in enumerate(measurements)
+                                   for rec in m.records))
+        print(f"records: {args.records}")
+    return 0 if all(r.valid for r in results) else 1
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=2)

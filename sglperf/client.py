@@ -1,0 +1,281 @@
+"""Async load generator: closed loop (C workers back to back) and open loop (Poisson rate, optional burstiness and
+concurrency cap), streaming SGLang-native /generate or OpenAI /v1/completions, one RequestRecord per request.
+
+Why strict parsing: SGLang delivers errors and aborts inside HTTP-200 streams (facts sheet 2.6, 4.10). Every way a
+request can go wrong ends as an error kind on its record; nothing wrong is ever counted as a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import aiohttp
+import numpy as np
+
+from .records import RequestRecord
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str  # base URL, e.g. http://127.0.0.1:30000
+    api: str = "sglang"  # "sglang" (native /generate) | "openai" (/v1/completions)
+    api_key: str | None = None
+    model: str | None = None  # OpenAI "model" field
+    new_connection_per_request: bool = False  # llama.cpp closes the socket after every stream
+    continuous_usage: bool = True  # ask OpenAI servers for usage on every chunk (exact token counts)
+
+    def __post_init__(self) -> None:
+        if self.api not in ("sglang", "openai"):
+            raise ValueError(f"api must be 'sglang' or 'openai', got {self.api!r}")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"server URL must start with http:// or https://, got {self.url!r}")
+
+    def headers(self) -> dict:
+        h = {"Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+@dataclass(frozen=True)
+class Workload:
+    isl: int
+    osl: int
+    seed: int = 0
+    vocab_low: int = 1000  # random prompt ids are drawn from [vocab_low, vocab_high)
+    vocab_high: int = 30000
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    extra_body: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.isl < 1 or self.osl < 1:
+            raise ValueError(f"isl and osl must be >= 1, got {self.isl}/{self.osl}")
+        if not 0 <= self.vocab_low < self.vocab_high:
+            raise ValueError(f"bad vocabulary range [{self.vocab_low}, {self.vocab_high})")
+
+    def prompt_ids(self, stream: int, index: int) -> list[int]:
+        """Seeded, different for every request, so prefix caching cannot help."""
+        rng = np.random.default_rng([self.seed, stream, index])
+        return rng.integers(self.vocab_low, self.vocab_high, self.isl).tolist()
+
+
+def raise_open_files_limit() -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class _Progress:
+    """Mutable per-request state while the stream is open (the records are immutable)."""
+
+    __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
+                 "detail", "status", "prompt_tokens", "max_tokens")
+
+    def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int):
+        self.index, self.send = index, send
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.server_prompt = self.server_completion = None
+        self.finish = self.error = self.detail = self.status = None
+        self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
+
+    def fail(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            self.error, self.detail = kind, detail[:500]
+
+    def record(self, end: float, cancelled: bool = False) -> RequestRecord:
+        return RequestRecord(self.index, self.send, end, self.prompt_tokens, self.max_tokens, tuple(self.times),
+                             tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
+                             None if cancelled else self.error, self.detail, self.status, cancelled)
+
+
+class LoadGenerator:
+    def __init__(self, target: Target, workload: Workload, *, stream_id: int = 0, request_timeout: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.target, self.workload, self.stream_id = target, workload, stream_id
+        self.request_timeout = request_timeout
+        self.clock = clock
+        self.records: list[RequestRecord] = []
+        self.in_flight: dict[int, _Progress] = {}
+        self.last_chunk_time: float | None = None
+        self._next_index = 0
+        self._session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ session
+    async def __aenter__(self) -> "LoadGenerator":
+        raise_open_files_limit()
+        conn = aiohttp.TCPConnector(limit=0, force_close=self.target.new_connection_per_request,
+                                    enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=conn, read_bufsize=1 << 20,
+                                              timeout=aiohttp.ClientTimeout(total=self.request_timeout,
+                                                                            sock_connect=30))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def snapshot(self, now: float) -> list[RequestRecord]:
+        """Finished records plus the in-flight ones as they stand (marked cancelled: not done, not failed)."""
+        return self.records + [p.record(now, cancelled=True) for p in list(self.in_flight.values())]
+
+    # ------------------------------------------------------------------ load shapes
+    async def closed_loop(self, concurrency: int, stop: asyncio.Event) -> None:
+        async def worker() -> None:
+            while not stop.is_set():
+                await self.one_request()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    async def open_loop(self, rate: float, stop: asyncio.Event, *, burstiness: float = 1.0,
+                        max_concurrency: int | None = None, seed: int = 0) -> None:
+        """Poisson arrivals (gamma intervals with shape `burstiness`, as bench_serving), optional cap."""
+        rng = np.random.default_rng([seed, self.stream_id, 1])
+        sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        tasks: set[asyncio.Task] = set()
+
+        async def capped() -> None:
+            if sem is None:
+                await self.one_request()
+                return
+            async with sem:
+                if not stop.is_set():
+                    await self.one_request()
+
+        while not stop.is_set():
+            t = asyncio.create_task(capped())
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            interval = rng.gamma(burstiness, 1.0 / (rate * burstiness))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ one request
+    async def one_request(self) -> RequestRecord:
+        index = self._next_index
+        self._next_index += 1
+        w, tg = self.workload, self.target
+        ids = w.prompt_ids(self.stream_id, index)
+        if tg.api == "sglang":
+            url = tg.url.rstrip("/") + "/generate"
+            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": w.osl, "ignore_eos": w.ignore_eos,
+                                                           "temperature": w.temperature}, "stream": True}
+        else:
+            url = tg.url.rstrip("/") + "/v1/completions"
+            body = {"prompt": ids, "max_tokens": w.osl, "stream": True, "ignore_eos": w.ignore_eos,
+                    "temperature": w.temperature}
+            if tg.model:
+                body["model"] = tg.model
+            if tg.continuous_usage:
+                body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        body.update(w.extra_body)
+        payload = json.dumps(body).encode()
+        p = _Progress(index, self.clock(), len(ids), w.osl)
+        self.in_flight[index] = p
+        cancelled = False
+        try:
+            await self._stream(url, payload, p)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        except asyncio.TimeoutError:
+            p.fail("timeout", f"no answer within the request timeout ({self.request_timeout:g} s)")
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as e:
+            p.fail("connection", f"{type(e).__name__}: {e}")
+        finally:
+            rec = p.record(self.clock(), cancelled=cancelled)
+            del self.in_flight[index]
+            self.records.append(rec)
+        return rec
+
+    async def _stream(self, url: str, payload: bytes, p: _Progress) -> None:
+        assert self._session is not None, "use LoadGenerator as an async context manager"
+        native = self.target.api == "sglang"
+        async with self._session.post(url, data=payload, headers=self.target.headers()) as resp:
+            p.status = resp.status
+            if resp.status != 200:
+                text = (await resp.text(errors="replace"))[:300]
+                p.fail("http_status", f"HTTP {resp.status}: {text}")
+                return
+            prev = 0
+            done = False
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                now = self.clock()
+                try:
+                    obj = json.loads(data)
+                except ValueError:
+                    p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
+                    continue
+                if not isinstance(obj, dict):
+                    p.fail("bad_chunk", f"not an object: {data[:120]!r}")
+                    continue
+                if "error" in obj:
+                    p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
+                    continue
+                prev = self._native_chunk(obj, p, prev, now) if native else self._openai_chunk(obj, p, prev, now)
+            if p.error is None and p.finish is None:
+                p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
+            n = sum(p.tokens)
+            if p.error is None and self.workload.ignore_eos and n != p.max_tokens:
+                p.fail("short_output" if n < p.max_tokens else "long_output",
+                       f"{n} tokens generated, {p.max_tokens} asked (ignore_eos)")
+
+    def _add(self, p: _Progress, now: float, delta: int) -> None:
+        if delta > 0:
+            p.times.append(now)
+            p.tokens.append(delta)
+            self.last_chunk_time = now
+
+    def _native_chunk(self, obj: dict, p: _Progress, prev: int, now: float) -> int:
+        meta = obj.get("meta_info") or {}
+        ct = meta.get("completion_tokens")
+        if ct is None:
+            ct = len(obj.get("output_ids") or [])
+        self._add(p, now, ct - prev)
+        fr = meta.get("finish_reason")
+        if fr:
+            kind = fr.get("type") if isinstance(fr, dict) else str(fr)
+            p.finish = kind
+            p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
+            if kind == "abort":
+                p.fail("abort", f"finish_reason abort: {json.dumps(fr)[:300]}")
+        return max(prev, ct)
+
+    def _openai_chunk(self, obj: dict, p: _Progress, prev: int, now: float) -> int:
+        usage = obj.get("usage") or {}
+        choices = obj.get("choices") or []
+        ct = usage.get("completion_tokens")
+        count = prev
+        for ch in choices:
+            if ch.get("text") and ct is None:
+                count += 1  # servers without per-chunk usage (llama.cpp) send one token per chunk
+            fr = ch.get("finish_reason")
+            if fr:
+                p.finish = fr
+                if fr == "abort":
+                    p.fail("abort", "finish_reason abort")
+        if ct is not None:
+            count = ct
+            p.server_completion = ct
+            p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
+        self._add(p, now, count - prev)
+        return max(prev, count)

@@ -1,0 +1,51 @@
+"""Atomic, locked file writes: a reader never sees half a file, and a killed writer leaves the old one intact."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, obj, *, indent: int | None = 2) -> Path:
+    data = json.dumps(obj, indent=indent, sort_keys=False, default=str).encode() + b"\n"
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    return atomic_write_bytes(path, data)
+
+
+def lock_for(path: str | Path, timeout: float = 60.0) -> FileLock:
+    """The lock every writer of `path` takes (a sibling .lock file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock", timeout=timeout)
+
+
+def write_jsonl(path: str | Path, rows) -> Path:
+    data = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in rows).encode()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    return atomic_write_bytes(path, data)

@@ -1,0 +1,151 @@
+"""One level of a sweep: drive load, sample the server and the client's own health, stop when the measurement
+has converged (CI half-width <= target), the time is up, the server stalls or dies; then drain and compute.
+
+Why adaptive: a fixed request count is too long for small levels and too short (wide CI) for large ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .client import LoadGenerator, Target, Workload
+from .metrics import MeasurementPolicy, level_result
+from .records import ClientSample, LevelResult, RequestRecord, ServerSample
+from .scrape import Scraper
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    concurrency: int | None = None  # closed loop
+    rate: float | None = None  # open loop (requests/s)
+    burstiness: float = 1.0
+    max_concurrency: int | None = None  # cap for the open loop
+    max_seconds: float = 600.0
+    min_seconds: float = 0.0
+    stall_timeout_s: float = 60.0  # no token from any request for this long while requests are in flight
+    drain_timeout_s: float | None = None  # default: 3 median request lifetimes + 10 s
+    check_interval_s: float = 1.0
+    scrape_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a level has either a concurrency or a rate")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError(f"rate must be > 0, got {self.rate}")
+
+    @property
+    def label(self) -> str:
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+
+
+@dataclass
+class LevelMeasurement:
+    result: LevelResult
+    records: list[RequestRecord]
+    server_samples: list[ServerSample]
+    client_samples: list[ClientSample]
+    scrape_source: str | None
+    stop_reason: str
+    extra: dict = field(default_factory=dict)
+
+
+class ClientMonitor:
+    """A 50 ms ticker: how late the loop wakes it (lag) and this process's CPU time."""
+
+    def __init__(self, clock: Callable[[], float], period: float = 0.05):
+        self.clock, self.period = clock, period
+        self.samples: list[ClientSample] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        expected = self.clock() + self.period
+        while not stop.is_set():
+            await asyncio.sleep(max(0.0, expected - self.clock()))
+            now = self.clock()
+            self.samples.append(ClientSample(now, time.process_time(), max(0.0, now - expected)))
+            expected = now + self.period
+
+
+async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
+                        stream_id: int = 0, request_timeout: float = 3600.0,
+                        server_check: Callable[[], str | None] | None = None,
+                        progress: Callable[[dict], None] | None = None,
+                        clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
+    stop_load, stop_aux = asyncio.Event(), asyncio.Event()
+    scraper = Scraper(target.url, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
+    monitor = ClientMonitor(clock)
+    aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux))]
+    incomplete, note, reason = False, None, "max_seconds"
+    async with LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout,
+                             clock=clock) as gen:
+        t0 = clock()
+        if spec.concurrency is not None:
+            load = asyncio.create_task(gen.closed_loop(spec.concurrency, stop_load))
+        else:
+            load = asyncio.create_task(gen.open_loop(spec.rate, stop_load, burstiness=spec.burstiness,
+                                                     max_concurrency=spec.max_concurrency, seed=workload.seed))
+        last_tokens, last_t = 0, t0
+        try:
+            while True:
+                await asyncio.sleep(spec.check_interval_s)
+                now = clock()
+                elapsed = now - t0
+                if load.done():
+                    load.result()  # a bug in the generator surfaces here, not as a silent stop
+                dead = server_check() if server_check else None
+                if dead:
+                    incomplete, note, reason = True, dead, "server_died"
+                    break
+                last = gen.last_chunk_time or t0
+                if gen.in_flight and now - last > spec.stall_timeout_s:
+                    incomplete, reason = True, "stall"
+                    note = (f"server stalled: no token from any of {len(gen.in_flight)} in-flight requests for "
+                            f"{now - last:.0f} s (stall timeout {spec.stall_timeout_s:g} s)")
+                    break
+                snap = gen.snapshot(now)
+                res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
+                                   osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
+                                   client_samples=monitor.samples)
+                if progress:
+                    tokens = sum(r.output_tokens for r in snap)
+                    progress(dict(level=spec.label, elapsed=elapsed, done=res.completed, in_flight=len(gen.in_flight),
+                                  tps=(tokens - last_tokens) / max(now - last_t, 1e-9), sustained=res.sustained_output_tps,
+                                  ci=res.sustained_output_tps_ci95, errors=sum(res.errors.values())))
+                    last_tokens, last_t = tokens, now
+                half, mean = res.sustained_output_tps_ci95, res.sustained_output_tps
+                need = max(policy.min_completions, spec.concurrency or 0)
+                if (half is not None and mean and half / mean <= policy.ci_target and elapsed >= spec.min_seconds
+                        and res.completed_in_window >= need):
+                    reason = "converged"
+                    break
+                if elapsed >= spec.max_seconds:
+                    reason = "max_seconds"
+                    break
+        except asyncio.CancelledError:
+            incomplete, note, reason = True, "interrupted", "interrupted"
+            load.cancel()
+            raise
+        finally:
+            stopped_at = clock()
+            stop_load.set()
+            if incomplete:
+                load.cancel()
+            else:
+                ok = [r.end_time - r.send_time for r in gen.records if r.ok]
+                lifetime = sorted(ok)[len(ok) // 2] if ok else 10.0
+                drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
+                done, _ = await asyncio.wait({load}, timeout=drain)
+                if not done:
+                    load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            stop_aux.set()
+            await asyncio.gather(*aux, return_exceptions=True)
+        records = sorted(gen.records, key=lambda r: r.index)
+    result = level_result(records, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
+                          policy=policy, server_samples=scraper.samples, client_samples=monitor.samples,
+                          incomplete=incomplete, note=note, window_cap=stopped_at)
+    return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason)

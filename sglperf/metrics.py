@@ -1,0 +1,296 @@
+"""RequestRecords (+ server and client samples) -> LevelResult.
+
+Definitions (documented in the README, pinned by tests/test_metrics.py):
+- in flight: a request counts from its send time to its end time (or `now` while running).
+- steady-state window: after warm-up (the first `target` completions, i.e. one generation of requests), the
+  longest span in which in-flight >= ceil(ratio x target); dips shorter than `max_gap_s` (the instant between one
+  request ending and its worker sending the next) do not break a span. Same idea as SGLang's
+  benchmark/steady_state.py, which uses the run's peak in-flight instead of the target.
+- sustained output tok/s: tokens whose chunk arrived inside the window / window length. Total adds the prompt
+  tokens of requests whose first token arrived inside the window (their prefill finished there).
+- 95% CI: batch means. The window is cut into k equal batches, each at least one median request lifetime long
+  (so batches are nearly independent), 5 <= k <= 30; half-width = t(0.975, k-1) x sd(batch rates) / sqrt(k).
+- whole-run: bench_serving's definition: completion tokens of successful requests / (last end - first send).
+- peak: the best 1-second bucket of token arrivals since the first send (bench_serving's "peak output").
+- latencies: over successful requests sent inside the window (all successful ones if none): TTFT, TPOT
+  ((end - first) / (tokens - 1)), ITL (each chunk gap split evenly over its tokens), E2E.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .records import ClientSample, LevelResult, RequestRecord, ServerSample, Summary
+
+
+@dataclass(frozen=True)
+class MeasurementPolicy:
+    steady_state_ratio: float = 0.9
+    max_gap_s: float = 0.05
+    warmup_completions: int | None = None  # default: the target concurrency (one generation)
+    min_batches: int = 5
+    max_batches: int = 30
+    ci_target: float = 0.01  # CI half-width / sustained, at most
+    min_completions: int = 20  # inside the window (and at least one generation)
+    max_loop_lag_p99_s: float = 0.05
+    max_client_cpu_share: float = 0.90  # of one core: the client's event loop is one thread
+
+
+def summarize(values) -> Summary:
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return Summary(None, None, None, None, 0)
+    return Summary(float(a.mean()), float(np.median(a)), float(np.percentile(a, 90)), float(np.percentile(a, 99)),
+                   int(a.size))
+
+
+def inflight_steps(records: list[RequestRecord], now: float) -> tuple[np.ndarray, np.ndarray]:
+    """The in-flight count as a step function: (times, count from that time on)."""
+    if not records:
+        return np.array([]), np.array([])
+    starts = np.array([r.send_time for r in records])
+    ends = np.array([min(r.end_time, now) if r.end_time else now for r in records])
+    t = np.concatenate([starts, ends])
+    d = np.concatenate([np.ones_like(starts), -np.ones_like(ends)])
+    order = np.lexsort((-d, t))  # at equal times count the arrival first: no false dip at a hand-over
+    return t[order], np.cumsum(d[order])
+
+
+def steady_state_window(records: list[RequestRecord], target: int, ratio: float, max_gap_s: float,
+                        not_before: float, now: float) -> tuple[float, float] | None:
+    times, count = inflight_steps(records, now)
+    if times.size == 0:
+        return None
+    threshold = max(1, math.ceil(ratio * target))
+    spans: list[list[float]] = []
+    for i in range(times.size):
+        a, b = times[i], (times[i + 1] if i + 1 < times.size else now)
+        if b <= a or count[i] < threshold:
+            continue
+        if spans and a - spans[-1][1] <= max_gap_s:
+            spans[-1][1] = b  # a dip shorter than max_gap_s does not break the span
+        else:
+            spans.append([a, b])
+    best = None
+    for s, e in spans:
+        s = max(s, not_before)
+        if e > s and (best is None or e - s > best[1] - best[0]):
+            best = (s, e)
+    return best
+
+
+def warmup_end(records: list[RequestRecord], n: int) -> float | None:
+    ends = sorted(r.end_time for r in records if r.ok)
+    if len(ends) < n:
+        return None
+    return ends[n - 1] if n > 0 else min(r.send_time for r in records)
+
+
+def token_arrivals(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk arrival times and token counts of every request that did not fail."""
+    ts = [r.chunk_times for r in records if r.error is None and r.chunk_times]
+    ns = [r.chunk_tokens for r in records if r.error is None and r.chunk_times]
+    if not ts:
+        return np.array([]), np.array([])
+    return np.concatenate(ts), np.concatenate(ns).astype(float)
+
+
+def batch_means(times: np.ndarray, tokens: np.ndarray, window: tuple[float, float], batch_min_s: float,
+                min_batches: int, max_batches: int) -> tuple[float, float | None, int]:
+    """(rate, CI half-width or None when fewer than min_batches fit, number of batches)."""
+    s, e = window
+    length = e - s
+    inside = (times >= s) & (times < e)
+    rate = float(tokens[inside].sum() / length) if length > 0 else 0.0
+    k = min(max_batches, int(length // batch_min_s)) if batch_min_s > 0 else max_batches
+    if k < min_batches:
+        return rate, None, k
+    edges = np.linspace(s, e, k + 1)
+    per_batch, _ = np.histogram(times[inside], bins=edges, weights=tokens[inside])
+    rates = per_batch / (length / k)
+    half = float(stats.t.ppf(0.975, k - 1) * rates.std(ddof=1) / math.sqrt(k))
+    return float(rates.mean()), half, k
+
+
+def peak_bucket(times: np.ndarray, tokens: np.ndarray, t0: float) -> float | None:
+    if times.size == 0:
+        return None
+    nb = int(math.floor(times.max() - t0)) + 1
+    counts = np.bincount(np.floor(times - t0).astype(int).clip(0), weights=tokens, minlength=nb)
+    return float(counts.max())
+
+
+def time_average_inflight(records: list[RequestRecord], window: tuple[float, float], now: float) -> float:
+    times, count = inflight_steps(records, now)
+    s, e = window
+    if times.size == 0 or e <= s:
+        return 0.0
+    seg_end = np.append(times[1:], now)
+    lo = np.clip(times, s, e)
+    hi = np.clip(seg_end, s, e)
+    return float(((hi - lo) * count).sum() / (e - s))
+
+
+def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
+    ttft, tpot, itl, e2e = [], [], [], []
+    for r in records:
+        first = r.first_token_time
+        if first is None:
+            continue
+        ttft.append((first - r.send_time) * 1e3)
+        e2e.append((r.end_time - r.send_time) * 1e3)
+        n = r.output_tokens
+        if n > 1:
+            tpot.append((r.end_time - first) / (n - 1) * 1e3)
+        prev = first
+        for t, k in zip(r.chunk_times, r.chunk_tokens):
+            if t <= first or k <= 0:
+                continue
+            gap = (t - prev) * 1e3 / k
+            itl.extend([gap] * k)
+            prev = t
+    return {"ttft_ms": summarize(ttft), "tpot_ms": summarize(tpot), "itl_ms": summarize(itl),
+            "e2e_ms": summarize(e2e)}
+
+
+def _interp(samples: list[ServerSample], attr: str, t: float) -> float | None:
+    pts = [(s.time, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
+    if len(pts) < 2 or not (pts[0][0] <= t <= pts[-1][0]):
+        return None
+    xs, ys = zip(*pts)
+    return float(np.interp(t, xs, ys))
+
+
+def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
+    """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
+    out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
+               server_mean_token_usage=None, server_retractions=None)
+    if not samples or window is None:
+        return out
+    s, e = window
+
+    def delta(attr: str) -> float | None:
+        a, b = _interp(samples, attr, s), _interp(samples, attr, e)
+        return None if a is None or b is None else b - a
+
+    d_decode, d_first, d_out = delta("decode_tokens_total"), delta("first_tokens_total"), delta("output_tokens_total")
+    if d_decode is not None and d_first is not None:
+        out["server_output_tps"] = (d_decode + d_first) / (e - s)
+    elif d_out is not None:
+        out["server_output_tps"] = d_out / (e - s)
+    inside = [x for x in samples if s <= x.time <= e]
+    for attr, key in (("running", "server_mean_running"), ("queued", "server_mean_queued"),
+                      ("token_usage", "server_mean_token_usage")):
+        vals = [getattr(x, attr) for x in inside if getattr(x, attr) is not None]
+        out[key] = float(np.mean(vals)) if vals else None
+    running = [x.running for x in inside if x.running is not None]
+    out["server_max_running"] = float(max(running)) if running else None
+    out["server_retractions"] = delta("retracted_total")
+    return out
+
+
+def client_health(samples: list[ClientSample], window: tuple[float, float] | None) -> tuple[float | None,
+                                                                                              float | None]:
+    """(event-loop lag p99 in ms, CPU share of one core) inside the window."""
+    if not samples or window is None:
+        return None, None
+    s, e = window
+    inside = [x for x in samples if s <= x.time <= e]
+    if len(inside) < 2:
+        return None, None
+    lag = float(np.percentile([x.loop_lag_s for x in inside], 99) * 1e3)
+    cpu = (inside[-1].cpu_s - inside[0].cpu_s) / (inside[-1].time - inside[0].time)
+    return lag, float(cpu)
+
+
+def level_result(records: list[RequestRecord], *, target: int | None, rate: float | None, isl: int, osl: int,
+                 policy: MeasurementPolicy, now: float | None = None, server_samples: list[ServerSample] = (),
+                 client_samples: list[ClientSample] = (), incomplete: bool = False,
+                 note: str | None = None, window_cap: float | None = None) -> LevelResult:
+    """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
+    follows only completes records and the whole-run number)."""
+    reasons: list[str] = []
+    now = now if now is not None else max((r.end_time for r in records), default=0.0)
+    sent = len(records)
+    done = [r for r in records if not r.cancelled]
+    ok = [r for r in done if r.ok]
+    errors = Counter(r.error for r in done if r.error)
+    if errors:
+        reasons.append(f"{sum(errors.values())} of {len(done)} requests failed ("
+                       + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())) + ")")
+    t0 = min((r.send_time for r in records), default=0.0)
+    times, tokens = token_arrivals(records)
+    lifetime = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
+    in_flight_target = target if target is not None else max(1, round(rate * (lifetime or 1.0))) if rate else 1
+    warm_n = policy.warmup_completions if policy.warmup_completions is not None else in_flight_target
+    w_end = warmup_end(records, warm_n)
+    window = None
+    if w_end is not None:
+        search_end = min(now, window_cap) if window_cap is not None else now
+        window = steady_state_window(records, in_flight_target, policy.steady_state_ratio if target else 0.0,
+                                     policy.max_gap_s, w_end, search_end)
+    sustained = half = total = None
+    k = 0
+    completed_in_window = 0
+    lat_records = ok
+    if window is None:
+        reasons.append("no steady-state window: warm-up (one generation of requests) did not complete"
+                       if w_end is None else "no steady-state window: in-flight requests never held the target")
+    else:
+        s, e = window
+        sustained, half, k = batch_means(times, tokens, window, lifetime or 0.0, policy.min_batches,
+                                         policy.max_batches)
+        prefilled = sum(r.prompt_tokens for r in records
+                        if r.error is None and r.first_token_time is not None and s <= r.first_token_time < e)
+        total = sustained + prefilled / (e - s)
+        completed_in_window = sum(1 for r in ok if s <= r.end_time < e)
+        in_window = [r for r in ok if s <= r.send_time < e]
+        lat_records = in_window or ok
+        if half is None:
+            reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_batches} request "
+                           f"lifetimes ({policy.min_batches} x {lifetime or 0:.2f} s)")
+        elif sustained and half / sustained > policy.ci_target:
+            reasons.append(f"95% CI +/-{half / sustained:.1%} is wider than the target +/-{policy.ci_target:.1%}")
+        need = max(policy.min_completions, in_flight_target if target else 0)
+        if completed_in_window < need:
+            reasons.append(f"only {completed_in_window} requests completed inside the window (need {need})")
+    lag, cpu = client_health(list(client_samples), window)
+    if lag is not None and lag > policy.max_loop_lag_p99_s * 1e3:
+        reasons.append(f"client-bound: event-loop lag p99 {lag:.0f} ms > {policy.max_loop_lag_p99_s * 1e3:.0f} ms")
+    if cpu is not None and cpu > policy.max_client_cpu_share:
+        reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
+    if incomplete:
+        reasons.append(f"level incomplete: {note}" if note else "level incomplete")
+    whole_out = whole_total = None
+    if ok:
+        dur = max(r.end_time for r in ok) - min(r.send_time for r in done or ok)
+        if dur > 0:
+            out_tok = sum(r.server_completion_tokens if r.server_completion_tokens is not None else r.output_tokens
+                          for r in ok)
+            whole_out = out_tok / dur
+            whole_total = (out_tok + sum(r.prompt_tokens for r in ok)) / dur
+    sv = server_view(list(server_samples), window)
+    server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
+    achieved = time_average_inflight(records, window, now) if window else None
+    lat = latency_summaries(lat_records)
+    return LevelResult(
+        concurrency=target, rate=rate, isl=isl, osl=osl, valid=not reasons, invalid_reasons=tuple(reasons),
+        sustained_output_tps=sustained, sustained_output_tps_ci95=half, sustained_total_tps=total,
+        whole_run_output_tps=whole_out, whole_run_total_tps=whole_total,
+        peak_output_tps=peak_bucket(times, tokens, t0), achieved_concurrency=achieved,
+        server_output_tps=sv["server_output_tps"], server_ratio=server_ratio,
+        server_mean_running=sv["server_mean_running"], server_max_running=sv["server_max_running"],
+        server_mean_queued=sv["server_mean_queued"], server_mean_token_usage=sv["server_mean_token_usage"],
+        server_retractions=sv["server_retractions"], **lat, errors=dict(errors),
+        window_start=window[0] if window else None, window_end=window[1] if window else None,
+        window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, completed=len(ok),
+        completed_in_window=completed_in_window,
+        requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
+        duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
+        incomplete=incomplete, note=note,
+    )

@@ -1,0 +1,156 @@
+"""Small immutable records that cross module boundaries (client -> metrics -> verdict -> reports).
+
+Times are seconds on one clock per run (the client's monotonic clock); `RunClock` maps them to epoch for reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+
+# Error kinds a request can end with. Anything here is an error, never a success.
+ERROR_KINDS = (
+    "http_status",  # non-200 answer
+    "stream_error",  # an error object inside an HTTP-200 stream
+    "abort",  # finish_reason abort (SGLang's scheduler aborts arrive this way in stream mode)
+    "no_finish",  # the stream ended without a finish reason
+    "short_output",  # fewer tokens than asked (with ignore_eos)
+    "long_output",  # more tokens than asked
+    "bad_chunk",  # a chunk that is not the JSON the API defines
+    "timeout",  # the request exceeded its own timeout
+    "connection",  # connection refused / reset / closed mid-stream
+)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    index: int
+    send_time: float
+    end_time: float
+    prompt_tokens: int  # sent
+    max_tokens: int  # asked
+    chunk_times: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()  # tokens each chunk added
+    server_prompt_tokens: int | None = None
+    server_completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # one of ERROR_KINDS
+    error_detail: str | None = None
+    http_status: int | None = None
+    cancelled: bool = False  # ended by the client at the end of a level (not an error, not a completion)
+
+    @property
+    def first_token_time(self) -> float | None:
+        for t, n in zip(self.chunk_times, self.chunk_tokens):
+            if n > 0:
+                return t
+        return None
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(self.chunk_tokens)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.cancelled
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """One scrape of the server's own view; None where the server does not expose it."""
+
+    time: float
+    decode_tokens_total: float | None = None  # sglang:realtime_tokens_total{mode="decode"}
+    first_tokens_total: float | None = None  # sglang:time_to_first_token_seconds_count
+    output_tokens_total: float | None = None  # engines that count every output token (llamacpp:tokens_predicted_total)
+    running: float | None = None
+    queued: float | None = None
+    token_usage: float | None = None
+    used_tokens: float | None = None
+    max_total_tokens: float | None = None
+    retracted_total: float | None = None
+    gen_throughput: float | None = None
+
+
+@dataclass(frozen=True)
+class ClientSample:
+    time: float
+    cpu_s: float  # this process's CPU time so far
+    loop_lag_s: float  # how late the event loop woke a 10 ms timer
+
+
+@dataclass(frozen=True)
+class Summary:
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p99: float | None
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    concurrency: int | None
+    rate: float | None
+    isl: int
+    osl: int
+    valid: bool
+    invalid_reasons: tuple[str, ...]
+    sustained_output_tps: float | None
+    sustained_output_tps_ci95: float | None  # half-width
+    sustained_total_tps: float | None
+    whole_run_output_tps: float | None
+    whole_run_total_tps: float | None
+    peak_output_tps: float | None
+    achieved_concurrency: float | None  # time-average in flight inside the window (client side)
+    server_output_tps: float | None
+    server_ratio: float | None  # client sustained / server over the same window
+    server_mean_running: float | None
+    server_max_running: float | None
+    server_mean_queued: float | None
+    server_mean_token_usage: float | None
+    server_retractions: float | None
+    ttft_ms: Summary
+    tpot_ms: Summary
+    itl_ms: Summary
+    e2e_ms: Summary
+    errors: dict[str, int]
+    window_start: float | None
+    window_end: float | None
+    window_s: float
+    ci_batches: int
+    completed: int
+    completed_in_window: int
+    requests_sent: int
+    cancelled: int
+    duration_s: float
+    client_lag_p99_ms: float | None
+    client_cpu_share: float | None
+    incomplete: bool = False  # the level was interrupted (server died, stall, user interrupt)
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LevelResult":
+        d = dict(d)
+        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            d[k] = Summary(**d[k])
+        d["invalid_reasons"] = tuple(d["invalid_reasons"])
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class RunClock:
+    """Pins the monotonic clock to the epoch once, so records can be shown as wall time."""
+
+    mono0: float = field(default_factory=time.monotonic)
+    epoch0: float = field(default_factory=time.time)
+
+    def epoch(self, mono: float) -> float:
+        return self.epoch0 + (mono - self.mono0)
