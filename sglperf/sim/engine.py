@@ -105,6 +105,11 @@ class SimRequest:
         return self.input_len + self.output_len
 
     @property
+    def final_kv_tokens(self) -> int:
+        """KV a request holds when it finishes: its last sampled token is never fed back."""
+        return self.input_len + self.max_new_tokens - 1
+
+    @property
     def prefill_target(self) -> int:
         """Tokens to (re)compute before decoding: after a retraction the output so far is recomputed too."""
         return self.input_len + self.output_len
@@ -187,7 +192,7 @@ class Engine:
                 f"You requested a total of {input_len + max_new_tokens} tokens: {input_len} tokens from the input "
                 f"messages and {max_new_tokens} tokens for the completion."
             )
-        if cfg.pages(input_len + max_new_tokens) > cfg.num_pages:
+        if cfg.pages(input_len + max_new_tokens - 1) > cfg.num_pages:
             raise ValueError(f"The request needs {input_len + max_new_tokens} KV tokens, more than the pool holds.")
         if cfg.max_queued_requests is not None and len(self.waiting) >= cfg.max_queued_requests:
             raise QueueFull("The request queue is full.")
@@ -247,7 +252,7 @@ class Engine:
         cfg = self.config
         need = 0
         for r in self.running:
-            need += cfg.pages(r.input_len + r.max_new_tokens) - r.pages
+            need += cfg.pages(r.final_kv_tokens) - r.pages
         return need * self.new_token_ratio
 
     def _form_prefill_batch(self) -> list[tuple[SimRequest, int]]:
@@ -265,7 +270,7 @@ class Engine:
         free = cfg.num_pages - self.used_pages - self._reserved_pages()
         while self.waiting and budget > 0 and len(self.running) < cfg.max_running_requests:
             r = self.waiting[0]
-            total_pages = cfg.pages(r.input_len + r.max_new_tokens)
+            total_pages = cfg.pages(r.final_kv_tokens)
             now_pages = cfg.pages(r.prefill_target)
             reserve = now_pages + (total_pages - now_pages) * self.new_token_ratio
             if reserve > free or now_pages > cfg.num_pages - self.used_pages:
@@ -323,7 +328,7 @@ class Engine:
         self.now += duration
         events = []
         for r in decoding:
-            need = cfg.pages(r.seq_len + 1)
+            need = cfg.pages(r.seq_len)  # this step writes the KV of the last sampled token
             if need > r.pages:
                 self.used_pages += need - r.pages
                 r.pages = need
@@ -341,7 +346,7 @@ class Engine:
         """Free KV by sending requests back to the queue, as SGLang's retract_decode does (no token is lost)."""
         cfg = self.config
         decoding = [r for r in self.running if r.state == RUNNING]
-        need = sum(1 for r in decoding if cfg.pages(r.seq_len + 1) > r.pages)
+        need = sum(1 for r in decoding if cfg.pages(r.seq_len) > r.pages)
         free = cfg.num_pages - self.used_pages
         if need <= free:
             return []
@@ -351,7 +356,7 @@ class Engine:
         for r in victims:
             if need <= free or len(decoding) - len(retracted) <= 1:
                 break
-            if cfg.pages(r.seq_len + 1) > r.pages:
+            if cfg.pages(r.seq_len) > r.pages:
                 need -= 1
             free += r.pages
             self.used_pages -= r.pages

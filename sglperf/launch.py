@@ -1,0 +1,299 @@
+"""Launcher: start a server from an argv (never a shell) on a free port in its own process group, log to a file,
+wait for /health 200, watch for a crash, and tear the whole tree down (SIGTERM -> wait -> SIGKILL), checking that
+nothing of it survives.
+
+Why so careful: a nightly job on an 8-GPU box must fail fast with the server's own error, and leave the box clean
+for the next server; SGLang is a process tree whose children hold GPU memory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from .redact import redact_argv
+
+
+class LaunchError(RuntimeError):
+    """The server did not become ready: an infrastructure failure, with the server's own words attached."""
+
+    category = "infrastructure"
+
+    def __init__(self, message: str, *, exit_code: int | None = None, log_path: Path | None = None,
+                 log_tail: str = ""):
+        self.exit_code, self.log_path, self.log_tail = exit_code, log_path, log_tail
+        super().__init__(message)
+
+
+EXIT_MEANING = {
+    2: "bad argument (the server's argument parser refused the command line)",
+    1: "start-up error (argument resolution or initialisation raised)",
+    -9: "killed by SIGKILL (a crash path or the OOM killer)",
+}
+
+
+def describe_exit(code: int) -> str:
+    if code in EXIT_MEANING:
+        return EXIT_MEANING[code]
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return "exited"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def error_lines(text: str) -> str:
+    """The lines a human wants first: the argparse error or the exception line."""
+    keys = ("error:", "Error", "Exception", "assert", "Traceback")
+    found = [ln for ln in text.splitlines() if any(k in ln for k in keys)]
+    return "\n".join(found[-5:])
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    name: str
+    argv: list[str]  # the command without host/port; the launcher appends them
+    log_dir: Path
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    host_flag: str = "--host"
+    port_flag: str = "--port"
+    env: dict[str, str] = field(default_factory=dict)
+    launch_timeout_s: float = 3600.0
+    ready_path: str = "/health"
+    terminate_timeout_s: float = 60.0
+    secrets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError(f"server {self.name!r}: empty launch command")
+
+
+@dataclass(frozen=True)
+class TeardownReport:
+    exit_code: int | None
+    graceful: bool  # ended on SIGTERM within the timeout
+    killed: tuple[int, ...]  # pids that needed SIGKILL
+    survivors: tuple[int, ...]  # pids still alive afterwards (should be empty)
+    seconds: float
+
+
+class Server:
+    """A launched server; `url` is what clients use."""
+
+    def __init__(self, spec: LaunchSpec, proc: subprocess.Popen | None, url: str, log_path: Path | None,
+                 argv: list[str]):
+        self.spec, self.proc, self.url, self.log_path, self.argv = spec, proc, url, log_path, argv
+        self._log_file = None
+        self.teardown: TeardownReport | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def display_argv(self) -> list[str]:
+        return redact_argv(self.argv, list(self.spec.secrets))
+
+    def crash_reason(self) -> str | None:
+        """None while the process lives; otherwise what happened, with the log's error lines."""
+        if self.proc is None or self.teardown is not None:
+            return None
+        code = self.proc.poll()
+        if code is None:
+            return None
+        t = tail(self.log_path) if self.log_path else ""
+        return (f"server {self.spec.name!r} (pid {self.proc.pid}) died: exit code {code}, {describe_exit(code)}. "
+                f"Log: {self.log_path}\n{error_lines(t) or t[-2000:]}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.log_path, lines) if self.log_path else ""
+
+    def tree_pids(self) -> list[int]:
+        if self.proc is None:
+            return []
+        pids = {self.proc.pid}
+        try:
+            pids |= {c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+        pgid = self.proc.pid  # start_new_session: the server leads its own group
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(p.pid) == pgid:
+                    pids.add(p.pid)
+            except (ProcessLookupError, PermissionError):
+                continue
+        return sorted(pids)
+
+    def stop(self) -> TeardownReport:
+        """SIGTERM the server (its graceful path), wait, then SIGKILL the group and every descendant."""
+        if self.teardown is not None:
+            return self.teardown
+        t0 = time.monotonic()
+        if self.proc is None:
+            self.teardown = TeardownReport(None, True, (), (), 0.0)
+            return self.teardown
+        tree = self.tree_pids()
+        graceful = True
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(self.spec.terminate_timeout_s)
+            except subprocess.TimeoutExpired:
+                graceful = False
+        # Children of a dead parent may linger for a moment (PDEATHSIG, a poll loop): give them a second.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and _alive([p for p in tree if p != self.proc.pid]):
+            time.sleep(0.05)
+        killed = _alive(tree + self.tree_pids())
+        if killed:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for pid in killed:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        deadline = time.monotonic() + 10
+        survivors = _alive(tree)
+        while survivors and time.monotonic() < deadline:
+            time.sleep(0.05)
+            survivors = _alive(tree)
+        wait_for_gpu_release(tree)
+        if self._log_file:
+            self._log_file.close()
+        self.teardown = TeardownReport(code, graceful and not killed, tuple(killed), tuple(survivors),
+                                       time.monotonic() - t0)
+        return self.teardown
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in set(pids):
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(out)
+
+
+def wait_for_gpu_release(pids: list[int], timeout_s: float = 60.0) -> list[int]:
+    """Where GPUs exist, wait until none of `pids` holds GPU memory (driver teardown is asynchronous)."""
+    if not shutil.which("nvidia-smi") or not pids:
+        return []
+    deadline = time.monotonic() + timeout_s
+    holding: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        holding = [int(x) for x in out.split() if x.strip().isdigit() and int(x) in set(pids)]
+        if not holding:
+            return []
+        time.sleep(1.0)
+    return holding
+
+
+def launch(spec: LaunchSpec) -> Server:
+    port = spec.port or free_port(spec.host)
+    argv = [*spec.argv, spec.host_flag, spec.host, spec.port_flag, str(port)]
+    log_dir = Path(spec.log_dir)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(f"cannot create the server log directory {log_dir}: {e}") from None
+    log_path = log_dir / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+    log_file = open(log_path, "ab", buffering=0)
+    log_file.write(("# " + " ".join(redact_argv(argv, list(spec.secrets))) + "\n").encode())
+    env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    except OSError as e:
+        log_file.close()
+        raise LaunchError(f"cannot start server {spec.name!r}: {argv[0]}: {e}", log_path=log_path) from None
+    url = f"http://{'127.0.0.1' if spec.host in ('0.0.0.0', '') else spec.host}:{port}"
+    server = Server(spec, proc, url, log_path, argv)
+    server._log_file = log_file
+    deadline = time.monotonic() + spec.launch_timeout_s
+    delay = 0.05
+    session = requests.Session()
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                t = tail(log_path)
+                server.stop()
+                raise LaunchError(
+                    f"server {spec.name!r} exited during start-up with code {code} ({describe_exit(code)}).\n"
+                    f"Its error: {error_lines(t) or '(none printed)'}\nLog: {log_path}\n--- log tail ---\n{t}",
+                    exit_code=code, log_path=log_path, log_tail=t)
+            try:
+                r = session.get(url + spec.ready_path, timeout=5)
+                if r.status_code == 200:
+                    return server
+            except requests.RequestException:
+                pass
+            if time.monotonic() >= deadline:
+                t = tail(log_path)
+                server.stop()
+                raise LaunchError(f"server {spec.name!r} was not ready ({spec.ready_path} 200) within "
+                                  f"{spec.launch_timeout_s:g} s; stopped it.\nLog: {log_path}\n--- log tail ---\n{t}",
+                                  log_path=log_path, log_tail=t)
+            time.sleep(delay)
+            delay = min(1.0, delay * 1.5)
+    except BaseException:
+        server.stop()
+        raise
+    finally:
+        session.close()
+
+
+def external(url: str, name: str = "external") -> Server:
+    """--server-url mode: a server someone else runs; nothing is launched or stopped."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--server-url must start with http:// or https://, got {url!r}")
+    spec = LaunchSpec(name=name, argv=["(external)"], log_dir=Path("."))
+    return Server(spec, None, url.rstrip("/"), None, [])

@@ -1,0 +1,50 @@
+"""Helpers for the suite's own tests: start simulator processes through the real launcher, and check that no
+process started by a test outlives it."""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+import pytest
+
+from sglperf.launch import LaunchSpec, Server, launch
+
+SIM = [sys.executable, "-m", "sglperf.sim"]
+
+
+@pytest.fixture
+def start_sim(tmp_path):
+    """start_sim(*flags, timeout=30, env=None) -> Server; every server is stopped after the test."""
+    servers: list[Server] = []
+
+    def start(*flags: str, timeout: float = 30.0, env: dict | None = None, name: str = "sim") -> Server:
+        spec = LaunchSpec(name=name, argv=[*SIM, "--preset", "ci", "--random-seed", "1", *flags],
+                          log_dir=tmp_path / "logs", launch_timeout_s=timeout, env=env or {},
+                          terminate_timeout_s=10)
+        srv = launch(spec)
+        servers.append(srv)
+        return srv
+
+    yield start
+    for s in servers:
+        report = s.stop()
+        assert not report.survivors, f"processes of {s.spec.name} survived teardown: {report.survivors}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_leftover_processes():
+    """After the whole session, nothing this test process started is still running."""
+    yield
+    me = psutil.Process()
+    left = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    # xdist workers and their helpers are not ours to judge; our servers run python -m sglperf.sim / llama-server
+    ours = [p for p in left if any("sglperf" in part or "llama-server" in part for part in _cmdline(p))]
+    assert not ours, f"processes left running after the tests: {[(p.pid, _cmdline(p)) for p in ours]}"
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []

@@ -1,0 +1,46 @@
+"""`sglperf bench` against a simulator started by hand prints the table and writes valid JSON."""
+
+import gzip
+import json
+import subprocess
+import sys
+
+
+def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
+    srv = start_sim("--enable-metrics")
+    out_json, records = tmp_path / "run.json", tmp_path / "records.jsonl.gz"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "4,16", "--isl",
+                        "32", "--osl", "32", "--ci-target", "0.02", "--max-seconds", "40", "--json", str(out_json),
+                        "--records", str(records)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "sustained out tok/s" in p.stdout and "c16" in p.stdout
+    assert "[c4]" in p.stderr, "live progress lines"
+    doc = json.loads(out_json.read_text())
+    assert doc["schema_version"] == 1 and doc["arguments"]["levels"] == [4, 16]
+    for lvl in doc["levels"]:
+        for key in ["concurrency", "sustained_output_tps", "sustained_output_tps_ci95", "sustained_total_tps",
+                    "whole_run_output_tps", "peak_output_tps", "achieved_concurrency", "server_output_tps",
+                    "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "errors", "valid", "invalid_reasons", "window_s",
+                    "completed"]:
+            assert key in lvl, key
+        assert set(lvl["ttft_ms"]) >= {"mean", "median", "p90", "p99"}
+        assert lvl["valid"] is True
+    rows = [json.loads(x) for x in gzip.decompress(records.read_bytes()).splitlines()]
+    assert {r["level"] for r in rows} == {0, 1} and all(r["error"] is None for r in rows)
+
+
+def test_bench_exits_non_zero_when_a_level_is_invalid(start_sim):
+    srv = start_sim("--fault-error-rate", "0.2")
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "4", "--isl",
+                        "32", "--osl", "32", "--max-seconds", "5"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert "NO:" in p.stdout and ("abort" in p.stdout or "stream_error" in p.stdout)
+
+
+def test_bench_refuses_bad_input_clearly():
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", "http://127.0.0.1:9", "--levels",
+                        "a,b"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "comma-separated integers" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", "http://127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "cannot reach the server" in p.stderr

@@ -1,0 +1,139 @@
+"""The client's stream parsing: every way a request goes wrong ends as an error kind, never as a success.
+
+A scripted aiohttp server on loopback plays each answer."""
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from sglperf.client import LoadGenerator, Target, Workload
+
+
+def chunk(n, finish=None, *, ids=True):
+    meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": finish}
+    body = {"text": "x" * n, "meta_info": meta}
+    if ids:
+        body["output_ids"] = list(range(n))
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+LENGTH = {"type": "length", "length": 4}
+SCRIPTS = {
+    "ok": [chunk(1), chunk(2), chunk(4, LENGTH), b"data: [DONE]\n\n"],
+    "coalesced": [chunk(3), chunk(4, LENGTH), b"data: [DONE]\n\n"],
+    "stream_error": [chunk(1), b'data: {"error": {"message": "boom", "code": 400}}\n\n', b"data: [DONE]\n\n"],
+    "abort": [chunk(1), chunk(1, {"type": "abort", "message": "x", "status_code": 503}), b"data: [DONE]\n\n"],
+    "no_finish": [chunk(1), chunk(2)],
+    "short_output": [chunk(1), chunk(3, {"type": "length", "length": 3}), b"data: [DONE]\n\n"],
+    "long_output": [chunk(2), chunk(5, {"type": "length", "length": 5}), b"data: [DONE]\n\n"],
+    "bad_chunk": [chunk(1), b"data: {not json\n\n", chunk(4, LENGTH), b"data: [DONE]\n\n"],
+}
+
+
+async def serve(script, status=200, delay=0.0):
+    async def generate(request):
+        await request.read()
+        if status != 200:
+            return web.json_response({"error": {"message": "nope"}}, status=status)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if script == "disconnect":
+            await resp.write(chunk(1))
+            request.transport.close()
+            return resp
+        for part in SCRIPTS[script]:
+            await asyncio.sleep(delay)
+            await resp.write(part)
+        return resp
+
+    async def completions(request):
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(4):  # llama.cpp style: one token per chunk, usage only on the last one
+            c = {"choices": [{"text": f" w{i}", "finish_reason": "length" if i == 3 else None}]}
+            if i == 3:
+                c["usage"] = {"completion_tokens": 4, "prompt_tokens": len(body["prompt"])}
+            await resp.write(b"data: " + json.dumps(c).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def one(script, *, status=200, api="sglang", timeout=30.0, delay=0.0):
+    async def go():
+        runner, url = await serve(script, status, delay)
+        try:
+            async with LoadGenerator(Target(url, api=api), Workload(4, 4), request_timeout=timeout) as gen:
+                return await gen.one_request()
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(go())
+
+
+def test_a_good_stream_is_a_success_with_token_deltas():
+    rec = one("ok")
+    assert rec.ok and rec.finish_reason == "length"
+    assert rec.chunk_tokens == (1, 1, 2) and rec.output_tokens == 4
+    assert rec.server_completion_tokens == 4 and rec.server_prompt_tokens == 4
+
+
+def test_coalesced_chunks_count_tokens_from_completion_tokens():
+    rec = one("coalesced")
+    assert rec.ok and rec.chunk_tokens == (3, 1)
+
+
+@pytest.mark.parametrize("script", ["stream_error", "abort", "no_finish", "short_output", "long_output",
+                                    "bad_chunk"])
+def test_http_200_streams_that_go_wrong_are_errors(script):
+    rec = one(script)
+    assert not rec.ok
+    assert rec.error == script
+    assert rec.http_status == 200
+
+
+def test_non_200_is_an_http_status_error():
+    rec = one("ok", status=503)
+    assert rec.error == "http_status" and rec.http_status == 503 and "nope" in rec.error_detail
+
+
+def test_a_dropped_connection_is_a_connection_error():
+    rec = one("disconnect")
+    assert rec.error in ("connection", "no_finish")
+    assert not rec.ok
+
+
+def test_a_request_over_its_timeout_is_a_timeout():
+    rec = one("ok", timeout=0.2, delay=0.5)
+    assert rec.error == "timeout"
+
+
+def test_openai_streams_without_per_chunk_usage_count_one_token_per_chunk():
+    rec = one("ok", api="openai")
+    assert rec.ok and rec.output_tokens == 4 and rec.chunk_tokens == (1, 1, 1, 1)
+
+
+def test_prompts_are_seeded_distinct_and_exact_length():
+    w = Workload(128, 8, seed=3)
+    a, b = w.prompt_ids(0, 0), w.prompt_ids(0, 1)
+    assert len(a) == 128 and a != b and a == Workload(128, 8, seed=3).prompt_ids(0, 0)
+    assert all(w.vocab_low <= x < w.vocab_high for x in a)
+
+
+def test_bad_targets_are_refused_with_a_clear_error():
+    with pytest.raises(ValueError, match="http://"):
+        Target("localhost:30000")
+    with pytest.raises(ValueError, match="api must be"):
+        Target("http://127.0.0.1:1", api="grpc")

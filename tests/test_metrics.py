@@ -1,0 +1,164 @@
+"""Metric maths on synthetic records whose answers are known by construction."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sglperf.metrics import (MeasurementPolicy, batch_means, level_result, peak_bucket, steady_state_window,
+                             summarize, time_average_inflight)
+from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
+
+
+def req(i, send, end, tokens=10, *, first=None, error=None, cancelled=False, prompt=100):
+    """A request streaming `tokens` tokens evenly from `first` (default: send + 10% of its life) to `end`."""
+    first = send + 0.1 * (end - send) if first is None else first
+    times = tuple(np.linspace(first, end, tokens)) if tokens else ()
+    return RequestRecord(i, send, end, prompt, tokens, times, (1,) * tokens, prompt, tokens,
+                         None if error else "length", error, None, 200, cancelled)
+
+
+def closed_loop(c, life, until, tokens=10, gap=0.001):
+    """c workers, each sending back-to-back requests of `life` seconds until `until`."""
+    out, i = [], 0
+    for w in range(c):
+        t = 0.0
+        while t + life <= until:
+            out.append(req(i, t, t + life, tokens))
+            i += 1
+            t += life + gap
+    return out
+
+
+def test_window_starts_after_one_generation_and_ignores_hand_over_gaps():
+    recs = closed_loop(4, 1.0, 20.0)
+    w = steady_state_window(recs, 4, 0.9, 0.05, not_before=1.0, now=20.0)
+    assert w[0] == pytest.approx(1.0)
+    assert w[1] == pytest.approx(max(r.end_time for r in recs), abs=0.05)
+
+
+def test_window_is_the_longest_span_at_the_target():
+    recs = closed_loop(4, 1.0, 10.0)
+    # two workers pause from t=10 to t=13, then all four run again until t=30: the second span is longer
+    recs += [req(1000 + k, 13.0 + j, 14.0 + j) for k in range(2) for j in range(17)]
+    recs += [req(2000 + k, 10.0 + j, 11.0 + j) for k in range(2) for j in range(20)]
+    w = steady_state_window(recs, 4, 0.9, 0.05, not_before=1.0, now=30.0)
+    assert w == (pytest.approx(13.0), pytest.approx(30.0))
+
+
+def test_a_dip_longer_than_the_gap_tolerance_breaks_the_span():
+    recs = [req(0, 0, 5), req(1, 5.2, 10)]
+    assert steady_state_window(recs, 1, 0.9, 0.05, 0, 10) == (0, 5)
+    assert steady_state_window(recs, 1, 0.9, 0.5, 0, 10) == (0, 10)
+
+
+def test_sustained_rate_counts_tokens_arriving_inside_the_window():
+    times = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 9.5])
+    tokens = np.array([2, 2, 2, 2, 2, 100])
+    rate, half, k = batch_means(times, tokens, (1.0, 5.0), 0.5, 2, 30)
+    assert rate == pytest.approx(8 / 4.0)
+
+
+def test_batch_means_ci_is_t_times_standard_error():
+    # 10 batches of 1 s: rates alternate 90 and 110 tokens/s
+    times, tokens = [], []
+    for b in range(10):
+        times.append(b + 0.5)
+        tokens.append(90 if b % 2 else 110)
+    rate, half, k = batch_means(np.array(times), np.array(tokens, float), (0.0, 10.0), 1.0, 5, 10)
+    assert k == 10 and rate == pytest.approx(100.0)
+    sd = np.std([90, 110] * 5, ddof=1)
+    assert half == pytest.approx(stats.t.ppf(0.975, 9) * sd / math.sqrt(10))
+
+
+def test_too_short_a_window_gives_no_ci():
+    rate, half, k = batch_means(np.array([0.5]), np.array([1.0]), (0.0, 3.0), 1.0, 5, 30)
+    assert half is None and k == 3
+
+
+def test_peak_is_the_best_one_second_bucket():
+    times = np.array([0.1, 0.2, 3.1, 3.2, 3.9, 5.0])
+    tokens = np.array([5, 1, 4, 4, 4, 1], float)
+    assert peak_bucket(times, tokens, 0.0) == 12
+
+
+def test_percentiles_are_numpy_linear():
+    s = summarize([1, 2, 3, 4, 100])
+    assert (s.mean, s.median, s.p90, s.p99) == (22, 3, pytest.approx(61.6), pytest.approx(96.16))
+
+
+def test_achieved_concurrency_is_the_time_average_in_flight():
+    recs = [req(0, 0, 10), req(1, 0, 10), req(2, 0, 5), req(3, 0, 5)]
+    assert time_average_inflight(recs, (0, 10), 10) == pytest.approx(3.0)
+
+
+def test_level_result_on_a_steady_closed_loop():
+    recs = closed_loop(4, 1.0, 40.0, tokens=10)
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    assert res.valid, res.invalid_reasons
+    # 4 streams, 10 tokens per ~1.001 s each; tokens sit in the last 90% of each request
+    assert res.sustained_output_tps == pytest.approx(40 / 1.001, rel=0.02)
+    assert res.achieved_concurrency == pytest.approx(4, rel=0.01)
+    assert res.completed == len(recs) and res.errors == {}
+    assert res.ttft_ms.median == pytest.approx(100.0)
+    assert res.e2e_ms.median == pytest.approx(1000.0)
+    assert res.tpot_ms.median == pytest.approx(900 / 9)
+    assert res.whole_run_output_tps == pytest.approx(len(recs) * 10 / (max(r.end_time for r in recs)))
+
+
+@pytest.mark.parametrize("kind", ERROR_KINDS)
+def test_every_error_kind_fails_the_level_and_is_never_counted(kind):
+    recs = closed_loop(4, 1.0, 40.0)
+    bad = recs[50]
+    recs[50] = RequestRecord(bad.index, bad.send_time, bad.end_time, 100, 10, bad.chunk_times, bad.chunk_tokens,
+                             error=kind, error_detail="synthetic")
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    assert not res.valid
+    assert res.errors == {kind: 1}
+    assert any(kind in r for r in res.invalid_reasons)
+    assert res.completed == len(recs) - 1
+
+
+def test_cancelled_requests_are_neither_errors_nor_completions():
+    recs = closed_loop(4, 1.0, 40.0)
+    last = recs[-1]
+    recs[-1] = RequestRecord(last.index, last.send_time, last.end_time, 100, 10, cancelled=True)
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    assert res.errors == {} and res.cancelled == 1 and res.completed == len(recs) - 1
+
+
+def test_window_cap_keeps_the_drain_out_of_the_window():
+    recs = closed_loop(4, 1.0, 40.0)
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       window_cap=20.0)
+    assert res.window_end == pytest.approx(20.0)
+
+
+def test_invalid_when_the_window_is_too_short_or_the_ci_too_wide():
+    recs = closed_loop(4, 1.0, 4.0)
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
+    assert not res.valid and any("shorter than 5 request lifetimes" in r for r in res.invalid_reasons)
+
+
+def test_client_bound_levels_are_invalid():
+    from sglperf.records import ClientSample
+
+    recs = closed_loop(4, 1.0, 40.0)
+    samples = [ClientSample(t, cpu_s=0.95 * t, loop_lag_s=0.2) for t in np.arange(0, 40, 0.05)]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       client_samples=samples)
+    assert not res.valid
+    assert any("event-loop lag" in r for r in res.invalid_reasons)
+    assert any("client CPU" in r for r in res.invalid_reasons)
+
+
+def test_server_view_interpolates_counters_at_the_window_edges():
+    recs = closed_loop(4, 1.0, 40.0, tokens=10)
+    # a server whose decode counter grows at 36 tok/s and first tokens at 4 per second
+    samples = [ServerSample(t, decode_tokens_total=36 * t, first_tokens_total=4 * t, running=4, queued=0,
+                            token_usage=0.5) for t in np.arange(0, 41, 0.7)]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       server_samples=samples)
+    assert res.server_output_tps == pytest.approx(40.0)
+    assert res.server_mean_running == 4 and res.server_mean_token_usage == 0.5
