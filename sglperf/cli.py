@@ -21,12 +21,35 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")
     bench.add_arguments(p)
     p.set_defaults(func=bench.main)
+    p = sub.add_parser("launch-cmd", help="print {config: argv} of a profile as JSON")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--model-path", default=None)
+    p.set_defaults(func=launch_cmd)
     args = parser.parse_args(argv)
     if args.command == "sim-calibrate":
         from .sim.calibrate import main as cal_main
 
         return cal_main([])
     return args.func(args)
+
+
+def launch_cmd(args) -> int:
+    import json
+
+    from . import profiles
+
+    try:
+        prof = profiles.load(args.profile)
+    except profiles.ProfileError as e:
+        print(f"sglperf launch-cmd: {e}", file=sys.stderr)
+        return 2
+    out = {c.name: prof.launch_argv(c.name, model_path=args.model_path) for c in prof.configs}
+    print(json.dumps(out, indent=2))
+    if prof.engine == "sglang":
+        for name, argv in out.items():
+            for problem in profiles.check_sglang_flags(argv):
+                print(f"warning: {name}: {problem}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

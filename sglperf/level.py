@@ -89,6 +89,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
             load = asyncio.create_task(gen.open_loop(spec.rate, stop_load, burstiness=spec.burstiness,
                                                      max_concurrency=spec.max_concurrency, seed=workload.seed))
         last_tokens, last_t = 0, t0
+        decision = None
         try:
             while True:
                 await asyncio.sleep(spec.check_interval_s)
@@ -110,6 +111,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
                                    osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
                                    client_samples=monitor.samples)
+                decision = res
                 if progress:
                     tokens = sum(r.output_tokens for r in snap)
                     progress(dict(level=spec.label, elapsed=elapsed, done=res.completed, in_flight=len(gen.in_flight),
@@ -147,5 +149,8 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
         records = sorted(gen.records, key=lambda r: r.index)
     result = level_result(records, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
                           policy=policy, server_samples=scraper.samples, client_samples=monitor.samples,
-                          incomplete=incomplete, note=note, window_cap=stopped_at)
+                          incomplete=incomplete, note=note, window_cap=stopped_at,
+                          lifetime_s=decision.lifetime_s if decision else None,
+                          window=(decision.window_start, decision.window_end)
+                          if decision and decision.window_start is not None and not incomplete else None)
     return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason)

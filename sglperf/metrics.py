@@ -211,9 +211,11 @@ def client_health(samples: list[ClientSample], window: tuple[float, float] | Non
 def level_result(records: list[RequestRecord], *, target: int | None, rate: float | None, isl: int, osl: int,
                  policy: MeasurementPolicy, now: float | None = None, server_samples: list[ServerSample] = (),
                  client_samples: list[ClientSample] = (), incomplete: bool = False,
-                 note: str | None = None, window_cap: float | None = None) -> LevelResult:
+                 note: str | None = None, window_cap: float | None = None,
+                 lifetime_s: float | None = None, window: tuple[float, float] | None = None) -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
-    follows only completes records and the whole-run number)."""
+    follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
+    and CI batch length the stop decision judged."""
     reasons: list[str] = []
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
     sent = len(records)
@@ -225,12 +227,12 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                        + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())) + ")")
     t0 = min((r.send_time for r in records), default=0.0)
     times, tokens = token_arrivals(records)
-    lifetime = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
+    lifetime = lifetime_s if lifetime_s is not None else (
+        float(np.median([r.end_time - r.send_time for r in ok])) if ok else None)
     in_flight_target = target if target is not None else max(1, round(rate * (lifetime or 1.0))) if rate else 1
     warm_n = policy.warmup_completions if policy.warmup_completions is not None else in_flight_target
     w_end = warmup_end(records, warm_n)
-    window = None
-    if w_end is not None:
+    if window is None and w_end is not None:
         search_end = min(now, window_cap) if window_cap is not None else now
         window = steady_state_window(records, in_flight_target, policy.steady_state_ratio if target else 0.0,
                                      policy.max_gap_s, w_end, search_end)
@@ -288,7 +290,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         server_mean_queued=sv["server_mean_queued"], server_mean_token_usage=sv["server_mean_token_usage"],
         server_retractions=sv["server_retractions"], **lat, errors=dict(errors),
         window_start=window[0] if window else None, window_end=window[1] if window else None,
-        window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, completed=len(ok),
+        window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, lifetime_s=lifetime, completed=len(ok),
         completed_in_window=completed_in_window,
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,

@@ -122,6 +122,7 @@ class LevelResult:
     window_end: float | None
     window_s: float
     ci_batches: int
+    lifetime_s: float | None  # median request lifetime: the CI batch length is at least this
     completed: int
     completed_in_window: int
     requests_sent: int

@@ -1,0 +1,3 @@
+"""Loads the perf suite's pytest plugin (fixtures/); nothing else."""
+
+pytest_plugins = ["fixtures.plugin"]

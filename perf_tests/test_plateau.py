@@ -1,0 +1,36 @@
+"""Per config: throughput plateaus where the KV pool (or the admission cap) is full, as predicted from
+/server_info, and the server's own numbers say which of the two it is."""
+
+import pytest
+
+from fixtures.plugin import INFRA, INVALID, PLATEAU
+from sglperf.verdict import check_plateau
+
+
+def test_kv_plateau(perf_config, perf_session):
+    run = perf_config
+    if run.ceiling is None:
+        pytest.skip(f"{run.where}: the server's /server_info gives no max_total_num_tokens to predict a ceiling from")
+    levels = perf_session.levels(run.profile)
+    past = [lv for lv in levels if lv >= run.ceiling.effective]
+    if not past or len(past) < 2:
+        pytest.skip(f"{run.where}: predicted plateau at {run.ceiling.effective} ({run.ceiling.binding}); needs two "
+                    f"levels at or past it, the levels are {levels}")
+    results = {}
+    for lv in past:
+        r = run.measure(lv).result
+        if r.incomplete:
+            pytest.fail(f"{INFRA}: {run.where} c{lv}: {r.note}", pytrace=False)
+        if not r.valid:
+            pytest.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: {'; '.join(r.invalid_reasons)}",
+                        pytrace=False)
+        results[lv] = r
+    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band)
+    rec = perf_session.recorder(run.profile)
+    rec.config(run.name)["plateau"] = {"passed": v.passed, "attributed_to": v.attributed_to,
+                                       "reference_level": v.reference_level, "levels": list(v.levels_past),
+                                       "lines": list(v.lines), "problems": list(v.problems),
+                                       "ceiling": run.ceiling.__dict__}
+    rec.flush()
+    print(v.message)
+    assert v.passed, f"{PLATEAU}: {run.where}: " + v.message + f"\nServer log: {run.log_path}"

@@ -1,0 +1,160 @@
+"""Baselines: accepted numbers per (profile, hardware class, config, level, metric), with their noise and tolerance.
+
+One JSON file per profile x hardware class under baselines/<profile>/<hardware-class-slug>.json, reviewed like
+code. Loaded with validation (a malformed file, a missing field or an unknown schema version is a BaselineError
+naming file and field); written atomically under a lock; a candidate never overwrites the reviewed file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .fileio import atomic_write_json, lock_for
+
+BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
+SCHEMA_VERSION = 1
+METRICS = ("sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps")
+Metric = Literal["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps"]
+
+
+class BaselineError(ValueError):
+    category = "usage"
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metric: Metric
+    value: float = Field(gt=0)
+    tolerance: float = Field(gt=0, lt=1)  # floor = value x (1 - tolerance)
+    noise_cv: float | None = Field(None, ge=0)  # run-to-run coefficient of variation, when measured
+    runs: int = Field(1, ge=1)
+    taken_at: str  # ISO date or date-time
+    source: str  # the run it came from, or the document
+    sglperf_version: str
+    fingerprint: dict[str, Any] = {}
+    note: str | None = None
+
+    @property
+    def floor(self) -> float:
+        return self.value * (1 - self.tolerance)
+
+
+class BaselineFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int
+    profile: str
+    hardware_class: str
+    isl: int = Field(gt=0)
+    osl: int = Field(gt=0)
+    description: str = ""
+    # config -> level (as a string, JSON keys) -> metric -> entry
+    configs: dict[str, dict[str, dict[Metric, Entry]]]
+
+    def entries(self, config: str, level: int) -> dict[str, Entry]:
+        return dict(self.configs.get(config, {}).get(str(level), {}))
+
+
+def slug(hardware_class: str) -> str:
+    s = hardware_class.lower().replace("×", "x")
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-")
+
+
+def default_path(profile: str, hardware_class: str) -> Path:
+    return BASELINE_DIR / profile / f"{slug(hardware_class)}.json"
+
+
+def load(path: str | Path) -> BaselineFile:
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BaselineError(f"baseline file {path} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise BaselineError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(raw, dict):
+        raise BaselineError(f"{path}: the top level must be an object")
+    if "schema_version" not in raw:
+        raise BaselineError(f"{path}: schema_version: missing (this sglperf reads version {SCHEMA_VERSION})")
+    if raw["schema_version"] != SCHEMA_VERSION:
+        raise BaselineError(f"{path}: schema_version: {raw['schema_version']!r} is not supported (this sglperf "
+                            f"reads version {SCHEMA_VERSION}); re-create the baseline with "
+                            f"`sglperf baseline update` or upgrade sglperf")
+    try:
+        return BaselineFile.model_validate(raw)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            where = ".".join(str(x) for x in err["loc"])
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"{path}: {where}: {msg}")
+        raise BaselineError("\n".join(lines)) from None
+
+
+def check_hardware(bf: BaselineFile, path: Path, hardware_class: str) -> None:
+    if bf.hardware_class != hardware_class:
+        raise BaselineError(f"{path}: this baseline is for hardware class {bf.hardware_class!r}, but this run is on "
+                            f"{hardware_class!r}; a baseline applies only to its hardware class (create one for this "
+                            f"machine with --update-baselines)")
+
+
+def save(path: str | Path, bf: BaselineFile) -> Path:
+    """Atomic and locked: concurrent writers serialise, a reader never sees half a file."""
+    path = Path(path)
+    with lock_for(path):
+        return atomic_write_json(path, bf.model_dump(mode="json", exclude_none=True))
+
+
+def candidate_path(path: Path) -> Path:
+    """Where a candidate goes: beside the reviewed file, never on top of it or of an earlier candidate."""
+    cand = path.with_name(path.stem + ".candidate.json")
+    if not cand.exists():
+        return cand
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return path.with_name(f"{path.stem}.candidate-{stamp}.json")
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def from_run(run: dict, *, tolerance: float, metric: str = "sustained_output_tps", configs: list[str] | None = None,
+             levels: list[int] | None = None, isl: int, osl: int) -> BaselineFile:
+    """A baseline made of a run's valid levels (invalid levels never become baselines)."""
+    out: dict[str, dict[str, dict[str, Entry]]] = {}
+    for cname, c in run["configs"].items():
+        if configs and cname not in configs:
+            continue
+        for lv, r in c["levels"].items():
+            if levels and int(lv) not in levels:
+                continue
+            if not r.get("valid") or r.get(metric) is None:
+                continue
+            out.setdefault(cname, {})[lv] = {metric: Entry(
+                metric=metric, value=round(float(r[metric]), 2), tolerance=tolerance, noise_cv=None, runs=1,
+                taken_at=run.get("finished") or run.get("started") or now_iso(), source=f"run {run['run_id']}",
+                sglperf_version=run.get("sglperf_version", "?"), fingerprint=run.get("fingerprint") or {},
+                note=(f"95% CI ±{r['sustained_output_tps_ci95']:.1f}" if metric == "sustained_output_tps"
+                      and r.get("sustained_output_tps_ci95") else None))}
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=run["profile"], hardware_class=run["hardware_class"],
+                        isl=isl, osl=osl, description=f"from run {run['run_id']}", configs=out)
+
+
+def diff_lines(old: BaselineFile | None, new: BaselineFile) -> list[str]:
+    lines = []
+    for cname, lvls in sorted(new.configs.items()):
+        for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
+            for m, e in metrics.items():
+                before = old.configs.get(cname, {}).get(lv, {}).get(m) if old else None
+                if before is None:
+                    lines.append(f"+ {cname} c{lv} {m}: {e.value:,.1f} (tolerance {e.tolerance:.1%})")
+                elif before.value != e.value or before.tolerance != e.tolerance:
+                    lines.append(f"~ {cname} c{lv} {m}: {before.value:,.1f} → {e.value:,.1f} "
+                                 f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "
+                                 f"{e.tolerance:.1%}")
+    return lines

@@ -1,0 +1,173 @@
+"""Fingerprint: what the numbers depend on outside the code (GPU, driver, CUDA, kernel, library versions, model,
+server args), and the hardware class a baseline applies to (GPU model x count).
+
+Why: after a driver, CUDA, kernel or SGLang upgrade the user must see what changed next to how much throughput moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+# Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
+PACKAGES = {
+    "sglang": ["sglang"],
+    "sgl_kernel": ["sglang-kernel", "sgl-kernel"],
+    "flashinfer": ["flashinfer-python", "flashinfer"],
+    "torch": ["torch"],
+    "nccl": ["nvidia-nccl-cu13", "nvidia-nccl-cu12"],
+    "transformers": ["transformers"],
+    "llama_cpp_python": ["llama-cpp-python"],
+}
+GPU_FIELDS = "name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current"
+EDITION = re.compile(r"\s+(Server|Workstation|Max-Q Workstation)\s+Edition$", re.I)
+
+
+def gpu_model(name: str) -> str:
+    """'NVIDIA RTX PRO 6000 Blackwell Server Edition' -> 'NVIDIA RTX PRO 6000 Blackwell'."""
+    return EDITION.sub("", name.strip())
+
+
+def gpus() -> list[dict]:
+    """One dict per visible GPU (nvidia-smi), or [] where there is none."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    rows = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 7:
+            rows.append(dict(zip(["name", "memory_mib", "driver", "max_sm_clock_mhz", "power_limit_w", "ecc",
+                                  "mig"], parts)))
+    return rows
+
+
+def cuda_version() -> str | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"CUDA Version:\s*([\d.]+)", out)
+    return m.group(1) if m else None
+
+
+def os_name() -> str:
+    try:
+        for line in open("/etc/os-release"):
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def package_versions() -> dict[str, str | None]:
+    out = {}
+    for key, names in PACKAGES.items():
+        out[key] = None
+        for n in names:
+            try:
+                out[key] = metadata.version(n)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def args_hash(argv: list[str]) -> str:
+    """sha256 of the launch argv without host/port/api key (those change run to run)."""
+    skip, kept = False, []
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--host", "--port", "--api-key"):
+            skip = True
+            continue
+        kept.append(a)
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
+
+
+def hardware_class(engine: str, server_info: dict | None, gpu_rows: list[dict]) -> str:
+    if engine == "sim":
+        sim = (server_info or {}).get("sglperf_simulator") or {}
+        return f"sim:{sim.get('preset', 'unknown')}"
+    if engine == "llamacpp":
+        return f"cpu:{cpu_model()} x {os.cpu_count()}"
+    if not gpu_rows:
+        return "no-gpu"
+    names = {gpu_model(g["name"]) for g in gpu_rows}
+    return f"{len(gpu_rows)} x {' + '.join(sorted(names))}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def collect(engine: str, server_info: dict | None, argv: list[str], model_path: str | None,
+            overrides: dict | None = None) -> dict:
+    """The run's fingerprint. `overrides` (tests, or SGLPERF_FINGERPRINT_OVERRIDES as JSON) replace fields."""
+    rows = gpus()
+    first = rows[0] if rows else {}
+    info = server_info or {}
+    fp = {
+        "hardware_class": hardware_class(engine, info, rows),
+        "gpu_name": first.get("name"), "gpu_count": len(rows), "gpu_memory_mib": first.get("memory_mib"),
+        "gpu_max_sm_clock_mhz": first.get("max_sm_clock_mhz"), "gpu_power_limit_w": first.get("power_limit_w"),
+        "gpu_ecc": first.get("ecc"), "gpu_mig": first.get("mig"),
+        "driver": first.get("driver"), "cuda": cuda_version(),
+        "kernel": platform.release(), "os": os_name(), "python": platform.python_version(),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        **package_versions(),
+        "server_version": info.get("version"),
+        "model_path": model_path or info.get("model_path"),
+        "model_revision": info.get("revision"),
+        "server_args_hash": args_hash(argv),
+        "engine": engine,
+        "python_executable": sys.executable,
+    }
+    env = os.environ.get("SGLPERF_FINGERPRINT_OVERRIDES")
+    if env:
+        fp.update(json.loads(env))
+    if overrides:
+        fp.update(overrides)
+    return fp
+
+
+# Fields whose change is worth naming next to a regression, in the order a reader cares about.
+MATTERS = ("hardware_class", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch", "nccl", "transformers",
+           "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
+           "model_path", "model_revision", "server_args_hash", "os", "python", "llama_cpp_python")
+
+
+def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:
+    return [(k, old.get(k), new.get(k)) for k in MATTERS
+            if k in old and k in new and old.get(k) != new.get(k)]
+
+
+def describe_diff(old: dict, new: dict) -> str:
+    d = diff(old, new)
+    if not d:
+        return ""
+    return "environment changed since the baseline: " + ", ".join(f"{k} {a} → {b}" for k, a, b in d)

@@ -1,0 +1,203 @@
+"""Profiles: what to launch (engine, command, configs), what load to send (workload, levels) and how to measure.
+
+TOML, validated on load: a malformed file, an unknown key or a bad value is a ProfileError naming file and field.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
+
+
+class ProfileError(ValueError):
+    """A usage error: the profile cannot be used as written."""
+
+    category = "usage"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSection(Strict):
+    command: list[str]  # argv prefix; "{python}" is this interpreter
+    model_path: str | None = None
+    model_path_flag: str = "--model-path"
+    model_path_env: str = "SGLPERF_MODEL_PATH"
+    args: list[str] = []
+    env: dict[str, str] = {}
+    host: str = "127.0.0.1"
+    launch_timeout_s: float = Field(3600.0, gt=0)
+    terminate_timeout_s: float = Field(60.0, gt=0)
+    api_key_flag: str | None = "--api-key"
+    notes: list[str] = []
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must name a program")
+        return v
+
+
+class WorkloadSection(Strict):
+    isl: int = Field(gt=0)
+    osl: int = Field(gt=0)
+    api: Literal["sglang", "openai"] = "sglang"
+    vocab_low: int = Field(1000, ge=0)
+    vocab_high: int = Field(30000, gt=0)
+    seed: int = 0
+    request_rate: Literal["inf"] = "inf"  # closed loop at each level, as the seed (--request-rate 999)
+    new_connection_per_request: bool = False
+
+    @model_validator(mode="after")
+    def _range(self):
+        if self.vocab_low >= self.vocab_high:
+            raise ValueError(f"vocab_low ({self.vocab_low}) must be below vocab_high ({self.vocab_high})")
+        return self
+
+
+class MeasurementSection(Strict):
+    ci_target: float = Field(0.01, gt=0, lt=1)
+    steady_state_ratio: float = Field(0.9, gt=0, le=1)
+    level_max_seconds: float = Field(600.0, gt=0)
+    level_min_seconds: float = Field(0.0, ge=0)
+    stall_timeout_s: float = Field(60.0, gt=0)
+    request_timeout_s: float = Field(3600.0, gt=0)
+    plateau_band: float = Field(0.07, gt=0, lt=1)
+    ab_margin: float = Field(0.02, ge=0, lt=1)
+    default_tolerance: float = Field(0.05, gt=0, lt=1)
+
+
+class ConfigSection(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    args: list[str] = []
+    description: str = ""
+
+
+class ABSection(Strict):
+    base: str
+    tuned: str
+
+
+class Profile(Strict):
+    schema_version: Literal[1] = 1
+    name: str
+    description: str = ""
+    engine: Literal["sglang", "sim", "llamacpp"]
+    marker: Literal["gpu8", "sim", "cpu_engine"]
+    server: ServerSection
+    workload: WorkloadSection
+    measurement: MeasurementSection = MeasurementSection()
+    levels: list[int]
+    configs: list[ConfigSection]
+    ab: ABSection | None = None
+    notes: list[str] = []
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if not v or any(x < 1 for x in v):
+            raise ValueError("must be a non-empty list of positive concurrencies")
+        return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _configs(self):
+        names = [c.name for c in self.configs]
+        if not names:
+            raise ValueError("configs: at least one config is needed")
+        if len(set(names)) != len(names):
+            raise ValueError(f"configs: names must be unique, got {names}")
+        if self.ab and not {self.ab.base, self.ab.tuned} <= set(names):
+            raise ValueError(f"ab: base and tuned must name configs of this profile ({names})")
+        return self
+
+    def config(self, name: str) -> ConfigSection:
+        for c in self.configs:
+            if c.name == name:
+                return c
+        raise ProfileError(f"profile {self.name!r} has no config {name!r} (it has {[c.name for c in self.configs]})")
+
+    def model_path(self, override: str | None = None) -> str | None:
+        return override or os.environ.get(self.server.model_path_env) or self.server.model_path
+
+    def launch_argv(self, config: str, *, model_path: str | None = None, extra: list[str] = (),
+                    api_key: str | None = None) -> list[str]:
+        """The argv of one config, without host and port (the launcher adds them)."""
+        cmd = [sys.executable if part == "{python}" else part for part in self.server.command]
+        argv = list(cmd)
+        mp = self.model_path(model_path)
+        if mp:
+            argv += [self.server.model_path_flag, mp]
+        argv += list(self.server.args) + list(self.config(config).args) + list(extra)
+        if api_key and self.server.api_key_flag:
+            argv += [self.server.api_key_flag, api_key]
+        return argv
+
+
+def profile_path(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or "/" in name_or_path:
+        return p
+    return PROFILE_DIR / f"{name_or_path}.toml"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def load(name_or_path: str) -> Profile:
+    path = profile_path(name_or_path)
+    if not path.is_file():
+        raise ProfileError(f"profile {name_or_path!r} not found at {path} (available: {', '.join(available())})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{path}: not valid TOML: {e}") from None
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            msg = "unknown key (not part of the profile schema)" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"{path}: {where}: {msg}")
+        raise ProfileError("\n".join(lines)) from None
+
+
+SGLANG_FLAGS_FILE = Path(__file__).resolve().parent / "data" / "sglang-0.5.23-flags.txt"
+
+
+def sglang_flags() -> set[str]:
+    return {ln.strip() for ln in SGLANG_FLAGS_FILE.read_text().splitlines() if ln.startswith("--")}
+
+
+def check_sglang_flags(argv: list[str], known: set[str] | None = None) -> list[str]:
+    """Problems SGLang 0.5.23's parser would have with argv: unknown flags, and prefixes it finds ambiguous
+    (argparse allow_abbrev: `--cuda-graph-max-bs` matches two flags and exits 2)."""
+    known = known if known is not None else sglang_flags()
+    problems = []
+    for a in argv:
+        if not a.startswith("--"):
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in known:
+            continue
+        matches = sorted(k for k in known if k.startswith(flag))
+        if len(matches) > 1:
+            problems.append(f"{flag}: ambiguous option, could match {', '.join(matches)} (SGLang exits 2)")
+        elif not matches:
+            problems.append(f"{flag}: not a flag of SGLang 0.5.23 (unrecognized arguments, exit 2)")
+    return problems

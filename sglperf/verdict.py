@@ -1,0 +1,165 @@
+"""Verdicts on measured levels: floors against baselines, the KV-ceiling prediction and plateau attribution, and
+the config A/B. Pure functions over LevelResults: nothing here knows HTTP or pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .baselines import Entry
+from .records import LevelResult
+
+
+@dataclass(frozen=True)
+class FloorVerdict:
+    passed: bool
+    metric: str
+    value: float | None
+    ci95: float | None
+    floor: float
+    baseline: float
+    tolerance: float
+    message: str
+
+
+def check_floor(level: LevelResult, entry: Entry, *, where: str, baseline_source: str, log_path: str | None,
+                env_diff: str = "") -> FloorVerdict:
+    value = getattr(level, entry.metric)
+    ci = level.sustained_output_tps_ci95 if entry.metric == "sustained_output_tps" else None
+    floor = entry.floor
+    passed = value is not None and value >= floor
+    ci_s = f" ± {ci:,.1f}" if ci is not None else ""
+    delta = f" ({value / entry.value - 1:+.1%} vs baseline)" if value else ""
+    msg = (f"{where}: {entry.metric} {value if value is None else format(value, ',.1f')}{ci_s} tok/s{delta}; "
+           f"floor {floor:,.1f} = baseline {entry.value:,.1f} x (1 - {entry.tolerance:.1%}); "
+           f"baseline: {baseline_source} (taken {entry.taken_at} from {entry.source})")
+    if env_diff:
+        msg += f"; {env_diff}"
+    if log_path:
+        msg += f"; server log: {log_path}"
+    return FloorVerdict(passed, entry.metric, value, ci, floor, entry.value, entry.tolerance,
+                        ("THROUGHPUT REGRESSION: " if not passed else "") + msg)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    kv: int  # requests the KV pool holds at once (page-rounded)
+    cap: int | None  # effective --max-running-requests
+    effective: int
+    binding: str  # "kv" | "cap"
+    tokens_per_request: int
+
+
+def predict_ceiling(max_total_num_tokens: int, page_size: int, isl: int, osl: int,
+                    admission_cap: int | None) -> Ceiling:
+    """KV ceiling = max_total_num_tokens / tokens per request (page-rounded); the effective cap is the smaller."""
+    per = math.ceil((isl + osl) / page_size) * page_size
+    kv = max_total_num_tokens // per
+    if admission_cap is not None and admission_cap < kv:
+        return Ceiling(kv, admission_cap, admission_cap, "cap", per)
+    return Ceiling(kv, admission_cap, kv, "kv", per)
+
+
+@dataclass(frozen=True)
+class PlateauVerdict:
+    passed: bool
+    ceiling: Ceiling
+    attributed_to: str | None  # "kv" | "cap" | None when the evidence does not say
+    reference_level: int | None
+    levels_past: tuple[int, ...]
+    lines: tuple[str, ...]  # one per level: value, ratio to the reference, server evidence
+    problems: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        head = (f"KV ceiling {self.ceiling.kv} requests ({self.ceiling.tokens_per_request} tokens each), admission "
+                f"cap {self.ceiling.cap}, predicted plateau at {self.ceiling.effective} ({self.ceiling.binding}); "
+                f"observed: {self.attributed_to or 'not attributable'}")
+        body = "\n".join(self.lines)
+        probs = ("\nPLATEAU VIOLATED: " + "; ".join(self.problems)) if self.problems else ""
+        return f"{head}\n{body}{probs}"
+
+
+def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float,
+                  near: float = 0.05) -> PlateauVerdict:
+    """Past the effective ceiling, sustained throughput stays within `band` of the level at (or first past) it, the
+    server shows saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
+    to the KV pool or the admission cap from the server's running count."""
+    levels = sorted(results)
+    past = [lv for lv in levels if lv >= ceiling.effective]
+    lines, problems = [], []
+    if not past:
+        return PlateauVerdict(False, ceiling, None, None, (), (),
+                              (f"no level at or past the predicted ceiling {ceiling.effective} (levels {levels})",))
+    ref = past[0]
+    ref_v = results[ref].sustained_output_tps
+    attributed = None
+    for lv in past:
+        r = results[lv]
+        v = r.sustained_output_tps
+        ratio = (v / ref_v) if v and ref_v else None
+        lines.append(f"  c{lv}: sustained {v if v is None else format(v, ',.1f')} tok/s"
+                     f"{'' if ratio is None else f' ({ratio:.3f} x c{ref})'}, server running "
+                     f"mean {_f(r.server_mean_running)} max {_f(r.server_max_running)}, queued {_f(r.server_mean_queued)},"
+                     f" token usage {_f(r.server_mean_token_usage, '.2f')}")
+        if ratio is None:
+            problems.append(f"c{lv}: no sustained throughput")
+        elif abs(ratio - 1) > band:
+            problems.append(f"c{lv}: {ratio - 1:+.1%} vs c{ref}, outside the ±{band:.0%} plateau band")
+        if lv > ceiling.effective:
+            if r.server_mean_queued is not None and r.server_mean_queued <= 0 and (r.server_mean_token_usage or 0) < 0.9:
+                problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
+            run = r.server_max_running
+            if run is not None:
+                if abs(run - ceiling.effective) > near * ceiling.effective + 1:
+                    problems.append(f"c{lv}: server ran up to {run:.0f} requests, not near the predicted ceiling "
+                                    f"{ceiling.effective}")
+                at_cap = ceiling.cap is not None and abs(run - ceiling.cap) <= near * ceiling.cap + 1
+                at_kv = abs(run - ceiling.kv) <= near * ceiling.kv + 1
+                attributed = "cap" if at_cap and not at_kv else "kv" if at_kv and not at_cap else attributed
+    if attributed is None and any(results[lv].server_max_running is not None for lv in past):
+        problems.append("the server's running count matches neither the KV ceiling nor the admission cap")
+    elif attributed is not None and attributed != ceiling.binding:
+        problems.append(f"plateau attributed to the {attributed} from the server's running count, but the "
+                        f"prediction says {ceiling.binding}")
+    if all(results[lv].server_max_running is None for lv in past):
+        lines.append("  (the server exposes no running-request count: attribution needs /metrics or /v1/loads)")
+    return PlateauVerdict(not problems, ceiling, attributed, ref, tuple(past), tuple(lines), tuple(problems))
+
+
+def _f(x, spec=".1f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+@dataclass(frozen=True)
+class ABVerdict:
+    passed: bool
+    lines: tuple[str, ...]
+    problems: tuple[str, ...]
+    gains: dict[int, float]
+
+
+def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_ceiling: Ceiling,
+             tuned_ceiling: Ceiling, *, margin: float) -> ABVerdict:
+    """The tuned config is not worse at any level (beyond the combined 95% CIs plus `margin`), and gains
+    significantly at levels past the base config's ceiling where the tuned config's ceiling is higher."""
+    lines, problems, gains = [], [], {}
+    for lv in sorted(set(base) & set(tuned)):
+        b, t = base[lv], tuned[lv]
+        if b.sustained_output_tps is None or t.sustained_output_tps is None:
+            problems.append(f"c{lv}: missing sustained throughput")
+            continue
+        noise = math.hypot(b.sustained_output_tps_ci95 or 0, t.sustained_output_tps_ci95 or 0)
+        diff = t.sustained_output_tps - b.sustained_output_tps
+        gain = diff / b.sustained_output_tps
+        gains[lv] = gain
+        expect_gain = lv > base_ceiling.effective and tuned_ceiling.effective > base_ceiling.effective
+        lines.append(f"  c{lv}: base {b.sustained_output_tps:,.1f} tuned {t.sustained_output_tps:,.1f} ({gain:+.1%}, "
+                     f"noise ±{noise:,.1f}){' [tuned cap binds later: gain expected]' if expect_gain else ''}")
+        if diff < -(noise + margin * b.sustained_output_tps):
+            problems.append(f"c{lv}: tuned is {gain:+.1%} vs base, worse beyond noise")
+        if expect_gain and diff <= noise:
+            problems.append(f"c{lv}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "
+                            f"{tuned_ceiling.effective}) but got {gain:+.1%} (noise ±{noise / b.sustained_output_tps:.1%})")
+    return ABVerdict(not problems, tuple(lines), tuple(problems), gains)

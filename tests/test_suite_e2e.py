@@ -1,0 +1,69 @@
+"""The perf suite itself, run as a user runs it (pytest perf_tests ...) in a subprocess, on short ladders."""
+
+import json
+import re
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_suite(tmp_path, *args, timeout=600):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-p", "no:randomly", "-q", "-rs",
+           "--reports-dir", str(tmp_path / "reports"), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
+    p = run_suite(tmp_path, "-m", "sim", "--levels", "8,24,32,64", "--perf-config", "rr24-cds4")
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert "4 passed" in p.stdout or "passed" in p.stdout
+    runs = list((tmp_path / "reports" / "runs").glob("*.json"))
+    doc = json.loads(runs[0].read_text())
+    assert doc["complete"] and doc["hardware_class"] == "sim:ci"
+    assert doc["configs"]["rr24-cds4"]["plateau"]["attributed_to"] == "cap"
+
+
+def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
+    p = run_suite(tmp_path, "-m", "sim", "--levels", "8,16", "--perf-config", "rr64-cds8",
+                  "--server-arg=--slowdown=0.85")
+    assert p.returncode == 1, p.stdout[-3000:]
+    out = p.stdout
+    assert out.count("THROUGHPUT REGRESSION: sim-ci/rr64-cds8 c") >= 2
+    for needle in ["c8", "c16", "floor", "baseline", "sim-ci.json", "server log:"]:
+        assert needle in out, needle
+    assert re.search(r"\(-1[3-6]\.\d% vs baseline\)", out), "the drop is measured, not assumed"
+
+
+def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
+    p = run_suite(tmp_path, "-m", "gpu8")
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "no NVIDIA GPU here" in p.stdout and " passed" not in p.stdout and "failed" not in p.stdout
+
+
+def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):
+    srv = start_sim("--enable-metrics", "--max-running-requests", "24", "--noise-cv", "0.01", "--random-seed", "0")
+    p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16")
+    assert p.returncode == 0, p.stdout[-3000:]
+    doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
+    assert list(doc["configs"]) == ["rr24-cds4"] and doc["configs"]["rr24-cds4"]["server"]["url"] == srv.url
+    assert srv.proc.poll() is None, "--server-url must not stop a server it did not start"
+
+
+def test_unknown_profile_is_a_usage_error(tmp_path):
+    p = run_suite(tmp_path, "--profile", "does-not-exist")
+    assert p.returncode == 4
+    assert "USAGE ERROR" in p.stderr + p.stdout and "does-not-exist" in p.stderr + p.stdout
+
+
+@pytest.mark.parametrize("xdist", [["-n", "2"]])
+def test_xdist_keeps_all_perf_items_on_one_worker(tmp_path, xdist):
+    p = run_suite(tmp_path, "-m", "sim", "--levels", "8,16", "--perf-config", "rr24-cds4", *xdist)
+    assert p.returncode == 0, p.stdout[-3000:]
+    logs = list((tmp_path / "reports" / "servers").glob("*.log"))
+    assert len(logs) == 1, f"one server for one config, whatever the workers: {logs}"
