@@ -158,3 +158,77 @@ def diff_lines(old: BaselineFile | None, new: BaselineFile) -> list[str]:
                                  f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "
                                  f"{e.tolerance:.1%}")
     return lines
+
+
+# Tolerances derived from noise never go below this. A level's sustained number has a 95% CI of +/-1% (the
+# default target), so two measurements of an unchanged system differ by up to ~1.96 x sqrt(2) x 1% = 2.8%
+# without any run-to-run noise; 3% keeps the false-alarm rate of such a pair near 1% on its own.
+MIN_TOLERANCE = 0.03
+FALSE_ALARM = 0.01
+
+
+def calibrated_tolerance(values: list[float], *, false_alarm: float = FALSE_ALARM,
+                         floor: float = MIN_TOLERANCE) -> tuple[float, float, float]:
+    """(mean, cv, tolerance) from n >= 2 runs: a new run X of the unchanged system falls below
+    mean x (1 - tol) with probability <= false_alarm. X - mean ~ N(0, s^2 (1 + 1/n)), so
+    tol = t(1 - false_alarm, n - 1) x s x sqrt(1 + 1/n) / mean (one-sided prediction bound), never below `floor`."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        raise BaselineError(f"calibrate needs at least 2 runs of each level, got {n}")
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    tol = float(stats.t.ppf(1 - false_alarm, n - 1)) * sd * (1 + 1 / n) ** 0.5 / mean
+    return mean, sd / mean, max(floor, min(tol, 0.5))
+
+
+def calibrate(runs: list[dict], *, metric: str = "sustained_output_tps", isl: int, osl: int,
+              floor: float = MIN_TOLERANCE) -> tuple[BaselineFile, list[str]]:
+    """A baseline from N runs of one profile on one hardware class: mean value, measured CV, derived tolerance.
+    Levels invalid in any run are left out (and listed)."""
+    profiles = {r["profile"] for r in runs}
+    classes = {r.get("hardware_class") for r in runs}
+    if len(profiles) != 1 or len(classes) != 1:
+        raise BaselineError(f"calibrate needs runs of one profile on one hardware class; got profiles "
+                            f"{sorted(profiles)} and hardware classes {sorted(map(str, classes))}")
+    notes: list[str] = []
+    values: dict[tuple[str, str], list[float]] = {}
+    bad: set[tuple[str, str]] = set()
+    for r in runs:
+        for cname, c in r["configs"].items():
+            for lv, res in c["levels"].items():
+                if res.get("valid") and res.get(metric) is not None:
+                    values.setdefault((cname, lv), []).append(float(res[metric]))
+                else:
+                    bad.add((cname, lv))
+    out: dict[str, dict[str, dict[str, Entry]]] = {}
+    last = runs[-1]
+    for (cname, lv), vals in sorted(values.items()):
+        if (cname, lv) in bad or len(vals) != len(runs):
+            notes.append(f"{cname} c{lv}: left out (invalid or missing in some run)")
+            continue
+        mean, cv, tol = calibrated_tolerance(vals, floor=floor)
+        out.setdefault(cname, {})[lv] = {metric: Entry(
+            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=len(vals),
+            taken_at=now_iso(), source="runs " + ", ".join(r["run_id"] for r in runs),
+            sglperf_version=last.get("sglperf_version", "?"), fingerprint=last.get("fingerprint") or {},
+            note=f"tolerance = max({floor:.0%}, t(0.99, {len(vals) - 1}) x CV x sqrt(1 + 1/{len(vals)}))")}
+        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, CV {cv:.2%} over {len(vals)} runs -> tolerance {tol:.2%}")
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0]["profile"], hardware_class=runs[0]
+                        ["hardware_class"], isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
+                        configs=out), notes
+
+
+def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
+    """Replace the (config, level, metric) entries `new` has; keep everything else of `old`."""
+    if old is None:
+        return new
+    if old.hardware_class != new.hardware_class or old.profile != new.profile:
+        raise BaselineError(f"cannot merge a baseline for {new.profile}/{new.hardware_class!r} into one for "
+                            f"{old.profile}/{old.hardware_class!r}")
+    configs = {c: {lv: dict(m) for lv, m in lvls.items()} for c, lvls in old.configs.items()}
+    for c, lvls in new.configs.items():
+        for lv, metrics in lvls.items():
+            configs.setdefault(c, {}).setdefault(lv, {}).update(metrics)
+    return old.model_copy(update={"configs": configs})

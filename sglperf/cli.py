@@ -21,6 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")
     bench.add_arguments(p)
     p.set_defaults(func=bench.main)
+    from . import baseline_cli, drift
+
+    p = sub.add_parser("baseline", help="show, update or calibrate baselines")
+    baseline_cli.add_arguments(p)
+    p.set_defaults(func=baseline_cli.main)
+    p = sub.add_parser("drift", help="change points in the run history, with the environment changes there")
+    drift.add_arguments(p)
+    p.set_defaults(func=drift.main)
     p = sub.add_parser("launch-cmd", help="print {config: argv} of a profile as JSON")
     p.add_argument("--profile", required=True)
     p.add_argument("--model-path", default=None)

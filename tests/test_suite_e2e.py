@@ -67,3 +67,30 @@ def test_xdist_keeps_all_perf_items_on_one_worker(tmp_path, xdist):
     assert p.returncode == 0, p.stdout[-3000:]
     logs = list((tmp_path / "reports" / "servers").glob("*.log"))
     assert len(logs) == 1, f"one server for one config, whatever the workers: {logs}"
+
+
+def test_a_floor_failure_names_what_changed_in_the_environment(tmp_path):
+    base = json.loads((ROOT / "baselines" / "sim-ci" / "sim-ci.json").read_text())
+    for lvls in base["configs"].values():
+        for metrics in lvls.values():
+            for e in metrics.values():
+                e["fingerprint"].update(driver="575.51", flashinfer="0.7.1")
+    bfile = tmp_path / "baseline.json"
+    bfile.write_text(json.dumps(base))
+    env_override = json.dumps({"driver": "580.65", "flashinfer": "0.7.2"})
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--levels", "8", "--perf-config",
+           "rr24-cds4", "--server-arg=--slowdown=0.85", "--baseline-file", str(bfile),
+           "--reports-dir", str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "SGLPERF_FINGERPRINT_OVERRIDES": env_override})
+    assert p.returncode == 1, p.stdout[-3000:]
+    assert "environment changed since the baseline: driver 575.51 → 580.65, flashinfer 0.7.1 → 0.7.2" in p.stdout
+    hist = (tmp_path / "reports" / "history.jsonl").read_text().splitlines()
+    assert len(hist) == 1 and json.loads(hist[0])["fingerprint"]["driver"] == "580.65"
+
+
+def test_a_baseline_for_other_hardware_is_a_usage_error_not_a_pass(tmp_path):
+    seed = ROOT / "baselines" / "glm5-nvfp4-tp8" / "8-x-nvidia-rtx-pro-6000-blackwell.json"
+    p = run_suite(tmp_path, "-m", "sim", "--levels", "8", "--perf-config", "rr24-cds4", "--baseline-file", str(seed))
+    assert p.returncode == 1
+    assert "USAGE ERROR" in p.stdout and "is for hardware class '8 x NVIDIA RTX PRO 6000 Blackwell'" in p.stdout

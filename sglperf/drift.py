@@ -1,0 +1,142 @@
+"""`sglperf drift`: where did each (config, level) series step, by how much, and what changed in the environment then.
+
+Change points come from Apache Otava (the Hunter algorithm: e-divisive split over sliding windows, then a
+Student-t merge that keeps a point only if p <= max_pvalue and the relative change >= min_magnitude).
+Chosen over MongoDB's signal-processing-algorithms, which pins Python ~3.11 and numpy < 2 and so cannot install
+beside this package's supported range. Defaults (p <= 0.001, >= 2%, window 60) were measured on synthetic series in
+tests/test_drift.py: a 5% step in 2%-CV noise is found within +/-2 runs in ~97% of series, a flat series of 60 runs
+raises a change point in ~2%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+from . import fingerprint as fp_mod
+from . import history
+
+DEFAULTS = dict(max_pvalue=0.001, min_magnitude=0.02, window_len=60)
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    profile: str
+    hardware_class: str | None
+    config: str
+    level: int
+    metric: str
+    index: int  # first run after the change
+    run_before: str
+    run_after: str
+    time_before: str
+    time_after: str
+    mean_before: float
+    mean_after: float
+    change: float  # relative: mean_after / mean_before - 1
+    pvalue: float
+    runs_before: int
+    runs_after: int
+    environment_changes: list[tuple[str, object, object]]
+    environment_changed_at: str | None  # the run whose fingerprint differs from the one before it
+
+    def describe(self) -> str:
+        env = ", ".join(f"{k} {a} → {b}" for k, a, b in self.environment_changes) or "no fingerprint change near it"
+        if self.environment_changes and self.environment_changed_at != self.run_after:
+            env += f" (at run {self.environment_changed_at})"
+        return (f"{self.profile}/{self.config} c{self.level} {self.metric}: {self.change:+.1%} "
+                f"({self.mean_before:,.1f} → {self.mean_after:,.1f}, p={self.pvalue:.2g}) between run "
+                f"{self.run_before} ({self.time_before}) and {self.run_after} ({self.time_after}); "
+                f"{self.runs_before} runs before, {self.runs_after} after; environment: {env}")
+
+
+def change_points(values: list[float], *, max_pvalue: float, min_magnitude: float, window_len: int):
+    from otava.analysis import compute_change_points
+
+    cps, _weak = compute_change_points(values, window_len=window_len, max_pvalue=max_pvalue,
+                                       min_magnitude=min_magnitude)
+    return cps
+
+
+def detect(records: list[dict], *, metric: str = "sustained_output_tps", config: str | None = None,
+           level: int | None = None, max_pvalue: float = DEFAULTS["max_pvalue"],
+           min_magnitude: float = DEFAULTS["min_magnitude"], window_len: int = DEFAULTS["window_len"]
+           ) -> list[ChangePoint]:
+    out = []
+    for (profile, hw, cname, lv), pts in sorted(history.series(records, metric=metric).items(),
+                                               key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2], kv[0][3])):
+        if (config and cname != config) or (level and lv != level) or len(pts) < 4:
+            continue
+        values = [v for _, v in pts]
+        cps = change_points(values, max_pvalue=max_pvalue, min_magnitude=min_magnitude, window_len=window_len)
+        bounds = [0] + [c.index for c in cps] + [len(values)]
+        for j, c in enumerate(cps):
+            i = c.index
+            before, after = pts[i - 1][0], pts[i][0]
+            seg_before, seg_after = values[bounds[j]:i], values[i:bounds[j + 2]]
+            mb, ma = sum(seg_before) / len(seg_before), sum(seg_after) / len(seg_after)
+            changes, at = environment_change_near(pts, i)
+            out.append(ChangePoint(profile, hw, cname, lv, metric, i, before["run_id"], after["run_id"],
+                                   before["time"], after["time"], mb, ma, ma / mb - 1, float(c.stats.pvalue),
+                                   len(seg_before), len(seg_after), changes, at))
+    return out
+
+
+def environment_change_near(pts: list[tuple[dict, float]], i: int, reach: int = 2):
+    """The fingerprint change closest to index i (detection can land a run or two off the real step)."""
+    for offset in sorted(range(-reach, reach + 1), key=abs):
+        k = i + offset
+        if 1 <= k < len(pts):
+            d = fp_mod.diff(pts[k - 1][0].get("fingerprint") or {}, pts[k][0].get("fingerprint") or {})
+            if d:
+                return d, pts[k][0]["run_id"]
+    return [], None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("history_file", nargs="?", default=None, help="history JSONL (default reports/history.jsonl)")
+    p.add_argument("--history", dest="history_opt", default=None, help="same as the positional argument")
+    p.add_argument("--config", default=None)
+    p.add_argument("--level", type=int, default=None)
+    p.add_argument("--metric", default="sustained_output_tps",
+                   choices=["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "ttft_p99_ms"])
+    p.add_argument("--pvalue", type=float, default=DEFAULTS["max_pvalue"])
+    p.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"])
+    p.add_argument("--window", type=int, default=DEFAULTS["window_len"])
+    p.add_argument("--json", dest="json_path", default=None, help="also write the change points as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    path = Path(args.history_opt or args.history_file or history.default_path(Path("reports")))
+    try:
+        records = history.read(path)
+    except history.HistoryError as e:
+        print(f"sglperf drift: {e}", file=sys.stderr)
+        return 2
+    try:
+        cps = detect(records, metric=args.metric, config=args.config, level=args.level, max_pvalue=args.pvalue,
+                     min_magnitude=args.min_magnitude, window_len=args.window)
+    except ImportError:
+        print("sglperf drift: change-point detection needs Apache Otava: pip install -e '.[drift]'", file=sys.stderr)
+        return 2
+    n_series = len(history.series(records, metric=args.metric))
+    print(f"{len(records)} runs, {n_series} series ({args.metric}), p <= {args.pvalue:g}, change >= "
+          f"{args.min_magnitude:.0%}: {len(cps)} change point(s)")
+    for c in cps:
+        print("  " + c.describe())
+    if args.json_path:
+        from .fileio import atomic_write_json
+
+        atomic_write_json(args.json_path, {"history": str(path), "metric": args.metric,
+                                           "settings": {"max_pvalue": args.pvalue,
+                                                        "min_magnitude": args.min_magnitude, "window": args.window},
+                                           "change_points": [asdict(c) for c in cps]})
+    return 0
+
+
+def dumps(cps: list[ChangePoint]) -> str:
+    return json.dumps([asdict(c) for c in cps], indent=2)

@@ -1,0 +1,103 @@
+"""Run history: one JSON line per run (fingerprint + every level's result and validity), appended under a lock.
+
+Why JSONL: appends are cheap, and a run killed mid-write can only tear the last line, which the reader detects and
+skips with a warning. Invalid levels are recorded as invalid with no value, so they never become data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+from .fileio import lock_for
+from .records import SCHEMA_VERSION
+
+HISTORY_ENV = "SGLPERF_HISTORY"
+
+
+class HistoryError(ValueError):
+    category = "usage"
+
+
+class TornLineWarning(UserWarning):
+    pass
+
+
+def default_path(reports_dir: Path) -> Path:
+    return Path(os.environ.get(HISTORY_ENV) or reports_dir / "history.jsonl")
+
+
+def record_from_run(run: dict) -> dict:
+    """The history line of a run: per level the gated numbers, or None when the level was invalid."""
+    levels = []
+    for cname, c in run["configs"].items():
+        for lv, r in sorted(c["levels"].items(), key=lambda kv: int(kv[0])):
+            valid = bool(r.get("valid"))
+            levels.append({
+                "config": cname, "level": int(lv), "valid": valid,
+                "invalid_reasons": list(r.get("invalid_reasons") or []),
+                "sustained_output_tps": r.get("sustained_output_tps") if valid else None,
+                "sustained_output_tps_ci95": r.get("sustained_output_tps_ci95") if valid else None,
+                "sustained_total_tps": r.get("sustained_total_tps") if valid else None,
+                "whole_run_output_tps": r.get("whole_run_output_tps") if valid else None,
+                "ttft_p99_ms": (r.get("ttft_ms") or {}).get("p99") if valid else None,
+            })
+    return {"schema_version": SCHEMA_VERSION, "run_id": run["run_id"], "time": run.get("finished") or run["started"],
+            "profile": run["profile"], "engine": run.get("engine"), "hardware_class": run.get("hardware_class"),
+            "complete": bool(run.get("complete")), "status": run.get("status"),
+            "fingerprint": run.get("fingerprint") or {}, "levels": levels}
+
+
+def append(path: str | Path, record: dict) -> None:
+    """Locked append of one line; a torn last line left by a killed writer is closed off first."""
+    path = Path(path)
+    line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+    with lock_for(path):
+        with open(path, "ab") as f:
+            if f.tell() > 0:
+                with open(path, "rb") as r:
+                    r.seek(-1, os.SEEK_END)
+                    if r.read(1) != b"\n":
+                        f.write(b"\n")  # the torn line stays torn (and is skipped), the new one starts clean
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read(path: str | Path) -> list[dict]:
+    """Every record; a torn line (the trace of a killed run) is skipped with a warning naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise HistoryError(f"history file {path} does not exist (a suite run creates it; see --history-file)")
+    out = []
+    lines = path.read_bytes().split(b"\n")
+    for no, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+            if not isinstance(rec, dict) or "levels" not in rec:
+                raise ValueError("not a history record")
+        except ValueError as e:
+            warnings.warn(f"{path}:{no}: skipped a torn or malformed line ({e}); a killed run can leave one",
+                          TornLineWarning, stacklevel=2)
+            continue
+        if rec.get("schema_version") != SCHEMA_VERSION:
+            raise HistoryError(f"{path}:{no}: schema_version {rec.get('schema_version')!r} is not supported "
+                               f"(this sglperf reads {SCHEMA_VERSION})")
+        out.append(rec)
+    return out
+
+
+def series(records: list[dict], *, metric: str = "sustained_output_tps") -> dict[tuple, list[tuple[dict, float]]]:
+    """(profile, hardware_class, config, level) -> [(record, value)] of valid levels, in file (time) order."""
+    out: dict[tuple, list[tuple[dict, float]]] = {}
+    for rec in records:
+        for lv in rec["levels"]:
+            if not lv.get("valid") or lv.get(metric) is None:
+                continue
+            key = (rec["profile"], rec.get("hardware_class"), lv["config"], lv["level"])
+            out.setdefault(key, []).append((rec, float(lv[metric])))
+    return out

@@ -1,0 +1,71 @@
+"""Run history: one line per run, invalid levels never as values, locked appends, torn lines skipped."""
+
+import json
+import multiprocessing as mp
+import warnings
+
+import pytest
+
+from sglperf import history
+
+
+def run(run_id, valid=True, value=1000.0):
+    return {"run_id": run_id, "started": "2026-11-29T00:00:00+00:00", "finished": "2026-11-29T00:01:00+00:00",
+            "profile": "sim-ci", "engine": "sim", "hardware_class": "sim:ci", "complete": True, "status": "finished",
+            "fingerprint": {"driver": "575.51"},
+            "configs": {"rr24-cds4": {"levels": {"8": {"valid": valid, "invalid_reasons": [] if valid else ["x"],
+                                                       "sustained_output_tps": value, "ttft_ms": {"p99": 3.0}}}}}}
+
+
+def test_invalid_levels_are_recorded_as_invalid_never_as_values():
+    rec = history.record_from_run(run("a", valid=False, value=123.0))
+    lv = rec["levels"][0]
+    assert lv["valid"] is False and lv["sustained_output_tps"] is None and lv["invalid_reasons"] == ["x"]
+
+
+def test_append_and_read(tmp_path):
+    path = tmp_path / "h.jsonl"
+    for i in range(3):
+        history.append(path, history.record_from_run(run(f"r{i}", value=1000.0 + i)))
+    recs = history.read(path)
+    assert [r["run_id"] for r in recs] == ["r0", "r1", "r2"]
+    s = history.series(recs)
+    assert [v for _, v in s[("sim-ci", "sim:ci", "rr24-cds4", 8)]] == [1000.0, 1001.0, 1002.0]
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_append_starts_clean(tmp_path):
+    path = tmp_path / "h.jsonl"
+    history.append(path, history.record_from_run(run("r0")))
+    full = json.dumps(history.record_from_run(run("r1")))
+    with open(path, "a") as f:
+        f.write(full[: len(full) // 2])  # a run killed mid-write
+    with pytest.warns(history.TornLineWarning, match=r"h\.jsonl:2: skipped a torn"):
+        assert [r["run_id"] for r in history.read(path)] == ["r0"]
+    history.append(path, history.record_from_run(run("r2")))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert [r["run_id"] for r in history.read(path)] == ["r0", "r2"]
+
+
+def test_a_missing_history_is_a_clear_error(tmp_path):
+    with pytest.raises(history.HistoryError, match="does not exist"):
+        history.read(tmp_path / "nope.jsonl")
+
+
+def _appender(path, who):
+    for i in range(50):
+        history.append(path, history.record_from_run(run(f"{who}-{i}")))
+
+
+def test_two_processes_appending_at_once_both_land_intact(tmp_path):
+    path = tmp_path / "h.jsonl"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_appender, args=(str(path), w)) for w in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no torn line at all
+        recs = history.read(path)
+    assert len(recs) == 100 and {r["run_id"].split("-")[0] for r in recs} == {"a", "b"}
