@@ -3,11 +3,19 @@ config's cap binds (the seed: +28% at 2048)."""
 
 import pytest
 
+from fixtures.plugin import allure_on
+from sglperf import report
 from sglperf.verdict import check_ab
 
 
-def test_config_ab(perf_profile, perf_session):
+def test_config_ab(perf_profile, perf_session, request):
     prof = perf_session.profile(perf_profile)
+    if allure_on(request.config):
+        import allure
+
+        allure.dynamic.epic(prof.name)
+        allure.dynamic.feature("A/B")
+        allure.dynamic.title(f"A/B: {prof.ab.tuned if prof.ab else '?'} vs {prof.ab.base if prof.ab else '?'}")
     if prof.ab is None:
         pytest.skip(f"profile {prof.name} declares no [ab] pair")
     runs = {name: perf_session.runs.get((prof.name, name)) for name in (prof.ab.base, prof.ab.tuned)}
@@ -30,5 +38,7 @@ def test_config_ab(perf_profile, perf_session):
                      "lines": list(v.lines), "problems": list(v.problems)}
     rec.flush()
     print("\n".join(v.lines))
+    if allure_on(request.config):
+        report.attach_text("A/B per level", "\n".join(v.lines + v.problems))
     assert v.passed, f"THROUGHPUT REGRESSION (A/B): {prof.ab.tuned} vs {prof.ab.base}:\n" + "\n".join(
         v.lines) + "\n" + "; ".join(v.problems)

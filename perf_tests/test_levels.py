@@ -2,8 +2,8 @@
 
 import pytest
 
-from fixtures.plugin import INFRA, INVALID, REGRESSION
-from sglperf import fingerprint
+from fixtures.plugin import INFRA, INVALID, allure_on, evidence_on_failure
+from sglperf import fingerprint, report
 from sglperf.verdict import check_floor
 
 
@@ -18,40 +18,61 @@ def _level_failure(run, m):
     return None
 
 
-def test_sustained_throughput_floor(perf_config, level, perf_level):
-    run, m = perf_config, perf_level
-    bf, path = run.baseline()
-    failure = _level_failure(run, m)
-    if failure:
-        pytest.fail(failure, pytrace=False)
-    if bf is None:
-        pytest.skip(f"no baseline for {run.profile.name} on hardware class {run.hardware_class!r} ({path}): run "
-                    f"`pytest perf_tests --profile {run.profile.name} --update-baselines`, review the candidate "
-                    f"it writes beside that path, and commit it")
-    entries = bf.entries(run.name, level)
-    if not entries:
-        pytest.skip(f"{path} has no entry for {run.name} c{level}")
-    verdicts = []
-    for entry in entries.values():
-        env = fingerprint.describe_diff(entry.fingerprint, run.fingerprint) if entry.fingerprint else ""
-        verdicts.append(check_floor(m.result, entry, where=f"{run.where} c{level}", baseline_source=str(path),
-                                    log_path=run.log_path, env_diff=env))
-    failed = [v for v in verdicts if not v.passed]
-    assert not failed, "\n".join(v.message for v in failed)
+def _benchmark_info(m) -> dict:
+    r = m.result
+    return {"sustained_output_tps": r.sustained_output_tps, "sustained_output_tps_ci95": r.sustained_output_tps_ci95,
+            "sustained_total_tps": r.sustained_total_tps, "whole_run_output_tps": r.whole_run_output_tps,
+            "peak_output_tps": r.peak_output_tps, "achieved_concurrency": r.achieved_concurrency,
+            "server_output_tps": r.server_output_tps, "ttft_p99_ms": r.ttft_ms.p99, "tpot_median_ms": r.tpot_ms.median,
+            "e2e_median_ms": r.e2e_ms.median, "errors": r.errors, "valid": r.valid,
+            "invalid_reasons": list(r.invalid_reasons), "window_s": r.window_s, "completed": r.completed}
 
 
-def test_request_health(perf_config, level, perf_level):
+def test_sustained_throughput_floor(perf_config, level, benchmark, request):
+    run = perf_config
+    with evidence_on_failure(request, run):
+        # One round through pytest-benchmark: --benchmark-json/--benchmark-autosave/--benchmark-compare see it.
+        m = benchmark.pedantic(run.measure, args=(level,), rounds=1, iterations=1, warmup_rounds=0)
+        benchmark.extra_info.update(_benchmark_info(m))
+        if allure_on(request.config):
+            report.label_level(run.profile.name, run.name, level, f"c{level}: sustained throughput floor")
+            report.measured_parameters(m.result)
+            report.attach_level(m)
+        bf, path = run.baseline()
+        failure = _level_failure(run, m)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        if bf is None:
+            pytest.skip(f"no baseline for {run.profile.name} on hardware class {run.hardware_class!r} ({path}): "
+                        f"run `pytest perf_tests --profile {run.profile.name} --update-baselines`, review the "
+                        f"candidate it writes beside that path, and commit it")
+        entries = bf.entries(run.name, level)
+        if not entries:
+            pytest.skip(f"{path} has no entry for {run.name} c{level}")
+        verdicts = []
+        for entry in entries.values():
+            env = fingerprint.describe_diff(entry.fingerprint, run.fingerprint) if entry.fingerprint else ""
+            verdicts.append(check_floor(m.result, entry, where=f"{run.where} c{level}", baseline_source=str(path),
+                                        log_path=run.log_path, env_diff=env))
+        failed = [v for v in verdicts if not v.passed]
+        assert not failed, "\n".join(v.message for v in failed)
+
+
+def test_request_health(perf_config, level, perf_level, request):
     run, r = perf_config, perf_level.result
-    if r.incomplete:
-        pytest.fail(f"{INFRA}: {run.where} c{level}: {r.note}. Server log: {run.log_path}", pytrace=False)
-    bad = [rec for rec in perf_level.records if rec.error]
-    examples = "; ".join(f"#{rec.index} {rec.error}: {rec.error_detail}" for rec in bad[:3])
-    assert not r.errors, f"{INVALID}: {run.where} c{level}: {sum(r.errors.values())} failed requests {r.errors}: " \
-                         f"{examples}. Server log: {run.log_path}"
-    wrong_len = [rec for rec in perf_level.records if rec.ok and rec.output_tokens != run.workload.osl]
-    assert not wrong_len, f"{INVALID}: {len(wrong_len)} requests did not generate exactly {run.workload.osl} tokens"
-    wrong_prompt = [rec for rec in perf_level.records if rec.ok and rec.server_prompt_tokens not in
-                    (None, run.workload.isl)]
-    assert not wrong_prompt, (f"{INVALID}: the server counted {wrong_prompt[0].server_prompt_tokens} prompt tokens "
-                              f"for a {run.workload.isl}-token prompt ({len(wrong_prompt)} requests)")
-    assert r.valid, f"{INVALID}: {run.where} c{level}: " + "; ".join(r.invalid_reasons)
+    if allure_on(request.config):
+        report.label_level(run.profile.name, run.name, level, f"c{level}: request health")
+    with evidence_on_failure(request, run):
+        if r.incomplete:
+            pytest.fail(f"{INFRA}: {run.where} c{level}: {r.note}. Server log: {run.log_path}", pytrace=False)
+        bad = [rec for rec in perf_level.records if rec.error]
+        examples = "; ".join(f"#{rec.index} {rec.error}: {rec.error_detail}" for rec in bad[:3])
+        assert not r.errors, (f"{INVALID}: {run.where} c{level}: {sum(r.errors.values())} failed requests "
+                              f"{r.errors}: {examples}. Server log: {run.log_path}")
+        wrong_len = [rec for rec in perf_level.records if rec.ok and rec.output_tokens != run.workload.osl]
+        assert not wrong_len, f"{INVALID}: {len(wrong_len)} requests did not generate exactly {run.workload.osl} tokens"
+        wrong_prompt = [rec for rec in perf_level.records if rec.ok and rec.server_prompt_tokens not in
+                        (None, run.workload.isl)]
+        assert not wrong_prompt, (f"{INVALID}: the server counted {wrong_prompt[0].server_prompt_tokens} prompt "
+                                  f"tokens for a {run.workload.isl}-token prompt ({len(wrong_prompt)} requests)")
+        assert r.valid, f"{INVALID}: {run.where} c{level}: " + "; ".join(r.invalid_reasons)

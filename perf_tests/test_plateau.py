@@ -3,12 +3,41 @@
 
 import pytest
 
-from fixtures.plugin import INFRA, INVALID, PLATEAU
+from fixtures.plugin import INFRA, INVALID, PLATEAU, allure_on, evidence_on_failure
+from sglperf import plots, report
 from sglperf.verdict import check_plateau
 
 
-def test_kv_plateau(perf_config, perf_session):
+def test_kv_plateau(perf_config, perf_session, request):
     run = perf_config
+    if allure_on(request.config):
+        report.label_config(run.profile.name, run.name, f"{run.name}: KV plateau")
+        report.attach_text("server command line", " ".join(run.server.display_argv) or "(external server)")
+        report.attach_json("server_info.json", run.server_info)
+        attach_curve(run, perf_session)
+    with evidence_on_failure(request, run):
+        _check(run, perf_session)
+
+
+def attach_curve(run, sess) -> None:
+    """Throughput vs concurrency with floors, baseline, whole-run, peak and the ceilings, from this run."""
+    results = {lv: sess.measurements[(run.profile.name, run.name, lv)].result for lv in sess.levels(run.profile)
+               if (run.profile.name, run.name, lv) in sess.measurements}
+    if not results:
+        return
+    floors, base = {}, {}
+    bf, _ = run.baseline()
+    if bf is not None:
+        for lv in results:
+            e = bf.entries(run.name, lv).get("sustained_output_tps")
+            if e:
+                floors[lv], base[lv] = e.floor, e.value
+    c = run.ceiling
+    report.attach_png("throughput vs concurrency.png", plots.config_curve(
+        run.where, results, floors, base, c.kv if c else None, c.cap if c else None))
+
+
+def _check(run, perf_session):
     if run.ceiling is None:
         pytest.skip(f"{run.where}: the server's /server_info gives no max_total_num_tokens to predict a ceiling from")
     levels = perf_session.levels(run.profile)

@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")
     bench.add_arguments(p)
     p.set_defaults(func=bench.main)
-    from . import baseline_cli, drift
+    from . import allure_html, baseline_cli, drift
+
+    p = sub.add_parser("report", help="generate the Allure HTML report offline (pinned npm allure)")
+    allure_html.add_arguments(p)
+    p.set_defaults(func=allure_html.main)
 
     p = sub.add_parser("baseline", help="show, update or calibrate baselines")
     baseline_cli.add_arguments(p)

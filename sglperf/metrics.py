@@ -37,8 +37,13 @@ class MeasurementPolicy:
     max_batches: int = 30
     ci_target: float = 0.01  # CI half-width / sustained, at most
     min_completions: int = 20  # inside the window (and at least one generation)
+    # Client-bound: the client's CPU near one core (its event loop is one thread), or an event-loop lag that delays
+    # closed-loop sends by a visible fraction of a request's life. Lag alone does not bias sustained throughput
+    # (tokens are counted, only their timestamps blur), so lag large against the ITL is a warning, not invalid.
     max_loop_lag_p99_s: float = 0.05
-    max_client_cpu_share: float = 0.90  # of one core: the client's event loop is one thread
+    max_lag_share_of_e2e: float = 0.05
+    max_client_cpu_share: float = 0.90
+    warn_lag_share_of_itl: float = 0.2
 
 
 def summarize(values) -> Summary:
@@ -262,8 +267,18 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         if completed_in_window < need:
             reasons.append(f"only {completed_in_window} requests completed inside the window (need {need})")
     lag, cpu = client_health(list(client_samples), window)
-    if lag is not None and lag > policy.max_loop_lag_p99_s * 1e3:
-        reasons.append(f"client-bound: event-loop lag p99 {lag:.0f} ms > {policy.max_loop_lag_p99_s * 1e3:.0f} ms")
+    lat = latency_summaries(lat_records)
+    warns: list[str] = []
+    e2e_med = lat["e2e_ms"].median
+    lag_limit = max(policy.max_loop_lag_p99_s * 1e3, policy.max_lag_share_of_e2e * (e2e_med or 0))
+    if lag is not None and lag > lag_limit:
+        reasons.append(f"client-bound: event-loop lag p99 {lag:.0f} ms > {lag_limit:.0f} ms (max of "
+                       f"{policy.max_loop_lag_p99_s * 1e3:.0f} ms and {policy.max_lag_share_of_e2e:.0%} of the "
+                       f"median E2E): closed-loop sends were late")
+    itl_med = lat["itl_ms"].median
+    if lag is not None and itl_med and lag > policy.warn_lag_share_of_itl * itl_med and lag > 10:
+        warns.append(f"client event-loop lag p99 {lag:.0f} ms is {lag / itl_med:.0%} of the median ITL: ITL and "
+                     f"TTFT percentiles are blurred by up to that much (throughput is not)")
     if cpu is not None and cpu > policy.max_client_cpu_share:
         reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
     if incomplete:
@@ -279,7 +294,6 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     sv = server_view(list(server_samples), window)
     server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
     achieved = time_average_inflight(records, window, now) if window else None
-    lat = latency_summaries(lat_records)
     return LevelResult(
         concurrency=target, rate=rate, isl=isl, osl=osl, valid=not reasons, invalid_reasons=tuple(reasons),
         sustained_output_tps=sustained, sustained_output_tps_ci95=half, sustained_total_tps=total,
@@ -294,5 +308,5 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         completed_in_window=completed_in_window,
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
-        incomplete=incomplete, note=note,
+        incomplete=incomplete, note=note, warnings=tuple(warns),
     )

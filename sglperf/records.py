@@ -132,6 +132,7 @@ class LevelResult:
     client_cpu_share: float | None
     incomplete: bool = False  # the level was interrupted (server died, stall, user interrupt)
     note: str | None = None
+    warnings: tuple[str, ...] = ()  # worth knowing, not invalidating (e.g. latency percentiles blurred)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -142,6 +143,7 @@ class LevelResult:
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
             d[k] = Summary(**d[k])
         d["invalid_reasons"] = tuple(d["invalid_reasons"])
+        d["warnings"] = tuple(d.get("warnings") or ())
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

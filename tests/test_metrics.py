@@ -162,3 +162,14 @@ def test_server_view_interpolates_counters_at_the_window_edges():
                        server_samples=samples)
     assert res.server_output_tps == pytest.approx(40.0)
     assert res.server_mean_running == 4 and res.server_mean_token_usage == 0.5
+
+
+def test_lag_that_only_blurs_timestamps_is_a_warning_not_invalid():
+    from sglperf.records import ClientSample
+
+    recs = closed_loop(4, 10.0, 400.0, tokens=100)  # 10 s requests, ~90 ms between tokens
+    samples = [ClientSample(t, cpu_s=0.2 * t, loop_lag_s=0.06) for t in np.arange(0, 400, 0.05)]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=100, policy=MeasurementPolicy(ci_target=0.05),
+                       client_samples=samples)
+    assert res.valid, res.invalid_reasons
+    assert any("blurred" in w for w in res.warnings)

@@ -1,0 +1,159 @@
+"""Allure results: labels (epic = profile, feature = config, story = level), measured values as parameters left
+out of the history id, per-level and per-config attachments, environment/executor/categories files and the
+numeric perf metrics (`*-perf.json`) whose history Allure 3 shows as trends.
+
+Only active with --alluredir; everything attached is redacted of secrets first.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import io
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+
+from .records import LevelResult
+from .redact import redact
+
+# Failure categories: the suite's failure messages start with these words (fixtures/plugin.py).
+CATEGORIES = [
+    ("Throughput regression", "THROUGHPUT REGRESSION"),
+    ("KV plateau violated", "KV PLATEAU VIOLATED"),
+    ("Invalid measurement", "INVALID MEASUREMENT"),
+    ("Infrastructure (server failed to start or died)", "INFRASTRUCTURE"),
+    ("Usage error", "USAGE ERROR"),
+]
+
+
+def results_dir(config) -> Path | None:
+    d = getattr(config.option, "allure_report_dir", None)
+    return Path(d) if d else None
+
+
+def metric_key(kind: str, profile: str, config: str, level: int) -> str:
+    clean = re.compile(r"[^A-Za-z0-9_-]+")
+    return f"{kind}.{clean.sub('_', profile)}.{clean.sub('_', config)}.c{level}"
+
+
+def label_level(profile: str, config: str, level: int, title: str) -> None:
+    import allure
+
+    allure.dynamic.epic(profile)
+    allure.dynamic.feature(config)
+    allure.dynamic.story(f"c{level}")
+    allure.dynamic.title(title)
+
+
+def label_config(profile: str, config: str, title: str) -> None:
+    import allure
+
+    allure.dynamic.epic(profile)
+    allure.dynamic.feature(config)
+    allure.dynamic.story("plateau")
+    allure.dynamic.title(title)
+
+
+def measured_parameters(r: LevelResult) -> None:
+    """Shown in the report, left out of historyId so a test keeps its history from run to run."""
+    import allure
+
+    def fmt(x, spec=",.1f"):
+        return "-" if x is None else format(x, spec)
+
+    for name, value in (("sustained output tok/s", f"{fmt(r.sustained_output_tps)} ± "
+                                                    f"{fmt(r.sustained_output_tps_ci95)}"),
+                        ("whole-run output tok/s", fmt(r.whole_run_output_tps)),
+                        ("peak output tok/s", fmt(r.peak_output_tps)),
+                        ("TTFT p99 ms", fmt(r.ttft_ms.p99)),
+                        ("server/client ratio", fmt(r.server_ratio, ".4f")),
+                        ("valid", "yes" if r.valid else "no: " + "; ".join(r.invalid_reasons))):
+        allure.dynamic.parameter(name, value, excluded=True)
+
+
+def attach_level(meas, plots: bool = True) -> None:
+    import allure
+
+    from . import plots as P
+
+    r = meas.result
+    allure.attach(json.dumps(redact(r.to_dict()), indent=2), "level result.json",
+                  allure.attachment_type.JSON)
+    rows = "".join(json.dumps(dataclasses.asdict(x), separators=(",", ":")) + "\n" for x in meas.records)
+    if len(rows) > 1_000_000:
+        allure.attach(gzip.compress(rows.encode(), mtime=0), "requests.jsonl.gz", extension="jsonl.gz")
+    else:
+        allure.attach(rows, "requests.jsonl", allure.attachment_type.TEXT, extension="jsonl")
+    buf = io.StringIO()
+    fields = [f.name for f in dataclasses.fields(meas.server_samples[0])] if meas.server_samples else ["time"]
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for s in meas.server_samples:
+        w.writerow(dataclasses.asdict(s))
+    allure.attach(buf.getvalue(), f"server samples ({meas.scrape_source or 'unavailable'}).csv",
+                  allure.attachment_type.CSV)
+    if plots and meas.records:
+        allure.attach(P.level_timeline(meas.records, meas.server_samples, r), "throughput over time.png",
+                      allure.attachment_type.PNG)
+        allure.attach(P.latency_distributions(meas.records), "TTFT and ITL distributions.png",
+                      allure.attachment_type.PNG)
+
+
+def attach_text(name: str, text: str) -> None:
+    import allure
+
+    allure.attach(redact(text), name, allure.attachment_type.TEXT)
+
+
+def attach_png(name: str, data: bytes) -> None:
+    import allure
+
+    allure.attach(data, name, allure.attachment_type.PNG)
+
+
+def attach_json(name: str, obj) -> None:
+    import allure
+
+    allure.attach(json.dumps(redact(obj), indent=2, default=str), name, allure.attachment_type.JSON)
+
+
+def write_environment(d: Path, fingerprint: dict) -> None:
+    lines = []
+    for k, v in sorted(redact(fingerprint).items()):
+        if v is None:
+            continue
+        value = str(v).replace("\\", "\\\\").replace("\n", " ")
+        lines.append(f"{k}={value}")
+    (d / "environment.properties").write_text("\n".join(lines) + "\n")
+
+
+def write_executor(d: Path) -> None:
+    env = os.environ
+    if env.get("GITHUB_RUN_ID"):
+        url = f"{env.get('GITHUB_SERVER_URL', '')}/{env.get('GITHUB_REPOSITORY', '')}/actions/runs/{env['GITHUB_RUN_ID']}"
+        ex = {"name": "GitHub Actions", "type": "github", "buildName": f"{env.get('GITHUB_WORKFLOW', 'perf')} "
+              f"#{env.get('GITHUB_RUN_NUMBER', '?')}", "buildOrder": int(env.get("GITHUB_RUN_NUMBER", "0") or 0),
+              "buildUrl": url, "reportUrl": url}
+    else:
+        ex = {"name": "local", "type": "local", "buildName": f"sglperf run on {os.uname().nodename}"}
+    (d / "executor.json").write_text(json.dumps(ex, indent=2))
+
+
+def write_categories(d: Path) -> None:
+    """For Allure 2 (Allure 3 takes categories from its config, see allure_html)."""
+    cats = [{"name": name, "messageRegex": f"(?s).*{prefix}.*", "matchedStatuses": ["failed", "broken"]}
+            for name, prefix in CATEGORIES]
+    (d / "categories.json").write_text(json.dumps(cats, indent=2))
+
+
+def write_perf_metrics(d: Path, entries: list[dict]) -> Path | None:
+    """Allure 3 numeric metrics: a JSON array of {id, key, value, start, stop} (epoch ms)."""
+    if not entries:
+        return None
+    path = d / f"{uuid.uuid4()}-perf.json"
+    path.write_text(json.dumps(entries, indent=1))
+    return path

@@ -1,0 +1,141 @@
+"""Allure results from the suite, the offline HTML report (pinned npm allure), its metrics history, the
+pytest-benchmark JSON, and the CI workflow files."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_node = pytest.mark.skipif(not shutil.which("npm"), reason="Node.js/npm not installed")
+
+
+def suite(tmp_path, alluredir, *extra):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--levels", "8,32",
+           "--perf-config", "rr24-cds4", "--alluredir", str(alluredir), "--reports-dir", str(tmp_path / "reports"),
+           *extra]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:]
+    return p
+
+
+def report(results, out, hist, *extra, env=None):
+    return subprocess.run([sys.executable, "-m", "sglperf.cli", "report", "--results", str(results), "--output",
+                           str(out), "--history", str(hist), *extra], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("allure")
+    bench = tmp / "benchmark.json"
+    suite(tmp / "a", tmp / "results1", "--benchmark-json", str(bench))
+    suite(tmp / "b", tmp / "results2")
+    return tmp, bench
+
+
+def test_results_carry_labels_excluded_parameters_and_plots(two_runs):
+    tmp, _ = two_runs
+    results = [json.loads(f.read_text()) for f in (tmp / "results1").glob("*-result.json")]
+    floor = [r for r in results if "sustained throughput floor" in r["name"]]
+    assert len(floor) == 2
+    for r in floor:
+        labels = {(x["name"], x["value"]) for x in r["labels"]}
+        assert ("epic", "sim-ci") in labels and ("feature", "rr24-cds4") in labels
+        assert any(n == "story" and v in ("c8", "c32") for n, v in labels)
+        params = {p["name"]: p for p in r["parameters"]}
+        assert params["sustained output tok/s"]["excluded"] is True
+        names = {a["name"] for a in r["attachments"]}
+        assert {"level result.json", "throughput over time.png", "TTFT and ITL distributions.png"} <= names
+        assert any(n.startswith("server samples") for n in names) and "requests.jsonl" in names
+    plateau = [r for r in results if "KV plateau" in r["name"]][0]
+    assert {"throughput vs concurrency.png", "server command line", "server_info.json"} <= \
+        {a["name"] for a in plateau["attachments"]}
+    env = (tmp / "results1" / "environment.properties").read_text()
+    assert "hardware_class=sim:ci" in env
+    assert json.loads((tmp / "results1" / "executor.json").read_text())["name"]
+    perf = json.loads(next((tmp / "results1").glob("*-perf.json")).read_text())
+    assert {e["key"] for e in perf} == {"throughput.sim-ci.rr24-cds4.c8", "throughput.sim-ci.rr24-cds4.c32",
+                                        "ttft_p99.sim-ci.rr24-cds4.c8", "ttft_p99.sim-ci.rr24-cds4.c32"}
+
+
+def test_benchmark_json_has_every_level_with_its_metrics(two_runs):
+    _, bench = two_runs
+    doc = json.loads(bench.read_text())
+    by_name = {b["name"]: b for b in doc["benchmarks"]}
+    assert set(by_name) == {"test_sustained_throughput_floor[sim-ci/rr24-cds4/c8]",
+                            "test_sustained_throughput_floor[sim-ci/rr24-cds4/c32]"}
+    for b in by_name.values():
+        info = b["extra_info"]
+        assert info["valid"] is True and info["sustained_output_tps"] > 0 and info["sustained_output_tps_ci95"] > 0
+        assert {"whole_run_output_tps", "peak_output_tps", "ttft_p99_ms", "errors"} <= set(info)
+        assert b["stats"]["rounds"] == 1
+
+
+@needs_node
+def test_the_html_report_has_every_metric_history_and_no_analytics(two_runs):
+    tmp, _ = two_runs
+    hist = tmp / "allure-history.jsonl"
+    for i in (1, 2):
+        out = tmp / f"report{i}"
+        p = report(tmp / f"results{i}", out, hist)
+        assert p.returncode == 0, p.stderr
+    index = tmp / "report2" / "awesome" / "index.html"
+    assert index.exists() and f"report: {index}" in p.stdout
+    pages = list((tmp / "report2").rglob("*.html"))
+    assert pages and not any("googletagmanager" in x.read_text(errors="replace") for x in pages)
+    metrics = json.loads((tmp / "report2" / "awesome" / "widgets" / "metrics.json").read_text())
+    keys = {m["key"] for m in metrics["current"]}
+    assert keys == {"throughput.sim-ci.rr24-cds4.c8", "throughput.sim-ci.rr24-cds4.c32",
+                    "ttft_p99.sim-ci.rr24-cds4.c8", "ttft_p99.sim-ci.rr24-cds4.c32"}
+    for m in metrics["current"]:
+        assert m["unit"] in ("tok/s", "ms") and m["better"] in ("higher", "lower"), "every key declared"
+    assert len(metrics["history"]) == 1 and set(metrics["history"][0]["metrics"]) == keys, \
+        "the second report shows the first run as history: two points per key"
+    pngs = list((tmp / "report2" / "awesome" / "data" / "attachments").glob("*.png"))
+    assert len(pngs) >= 5, "timeline and latency plots per level, the curve per config"
+
+
+@needs_node
+def test_single_file_report(two_runs, tmp_path):
+    tmp, _ = two_runs
+    p = report(tmp / "results1", tmp_path / "single", tmp_path / "h.jsonl", "--single-file")
+    assert p.returncode == 0, p.stderr
+    assert "single file" in p.stdout
+    assert len(list((tmp_path / "single").rglob("*.html"))) == 1
+
+
+def test_missing_node_is_a_clear_error_not_a_traceback(two_runs, tmp_path):
+    tmp, _ = two_runs
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    p = report(tmp / "results1", tmp_path / "out", tmp_path / "h.jsonl", env=env)
+    assert p.returncode == 2
+    assert "needs Node.js" in p.stderr and "apt-get install" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    p = report(tmp_path / "nothing", tmp_path / "out", tmp_path / "h.jsonl")
+    assert p.returncode == 2 and "no Allure results" in p.stderr
+
+
+def test_workflow_files_are_valid_github_actions():
+    files = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    assert len(files) == 2
+    p = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                        *files], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_blackwell_workflow_runs_the_gpu_suite_on_the_right_runner():
+    text = (ROOT / ".github" / "workflows" / "perf-blackwell.yml").read_text()
+    for needle in ["[self-hosted, linux, x64, blackwell, gpu8]", "schedule:", "workflow_dispatch:", "concurrency:",
+                   "timeout-minutes:", "sglang_version", "ci/run-perf.sh", "upload-artifact"]:
+        assert needle in text, needle
+    script = (ROOT / "ci" / "run-perf.sh").read_text()
+    for needle in ["pytest \"${args[@]}\"", "-m gpu8", "--alluredir", "--history-file", "sglperf report",
+                   'exit "$rc"', "sglang==${SGLANG_VERSION}"]:
+        assert needle in script, needle
