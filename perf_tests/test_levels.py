@@ -76,3 +76,20 @@ def test_request_health(perf_config, level, perf_level, request):
         assert not wrong_prompt, (f"{INVALID}: the server counted {wrong_prompt[0].server_prompt_tokens} prompt "
                                   f"tokens for a {run.workload.isl}-token prompt ({len(wrong_prompt)} requests)")
         assert r.valid, f"{INVALID}: {run.where} c{level}: " + "; ".join(r.invalid_reasons)
+
+
+def test_client_matches_server_count(perf_config, level, perf_level, request):
+    """The client's sustained output tok/s agrees with the server's own token counter over the same window."""
+    run, r = perf_config, perf_level.result
+    if allure_on(request.config):
+        report.label_level(run.profile.name, run.name, level, f"c{level}: client vs server count")
+    if r.incomplete or not r.valid:
+        pytest.skip(f"{run.where} c{level}: no valid measurement to compare (see its floor and health tests)")
+    if r.server_output_tps is None:
+        pytest.skip(f"{run.where}: the server exposes no token counter (scrape source: {perf_level.scrape_source})")
+    tol = run.profile.measurement.server_agreement
+    print(f"{run.where} c{level}: client {r.sustained_output_tps:,.1f} tok/s, server {r.server_output_tps:,.1f}, "
+          f"ratio {r.server_ratio:.4f}")
+    assert abs(r.server_ratio - 1) <= tol, (
+        f"{INVALID}: {run.where} c{level}: the client measured {r.sustained_output_tps:,.1f} tok/s but the server "
+        f"counted {r.server_output_tps:,.1f} over the same window (ratio {r.server_ratio:.4f}, allowed ±{tol:.0%})")

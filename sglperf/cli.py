@@ -8,6 +8,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "llamacpp":
+        from .llamacpp import main as llamacpp_main
+
+        return llamacpp_main(argv[1:])
     if argv and argv[0] == "sim":  # the simulator parses its own SGLang-style flags
         from .sim.server import main as sim_main
 
@@ -16,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sim", help="run the SGLang-compatible simulator (sglperf sim --help)")
     sub.add_parser("sim-calibrate", help="check the simulator's seed preset against the seed's table")
+    sub.add_parser("llamacpp", help="build llama-server / make the tiny model (sglperf llamacpp build|model|paths)")
     from . import bench
 
     p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")

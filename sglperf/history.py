@@ -52,8 +52,10 @@ def record_from_run(run: dict) -> dict:
 
 def append(path: str | Path, record: dict) -> None:
     """Locked append of one line; a torn last line left by a killed writer is closed off first."""
+    from .redact import redact
+
     path = Path(path)
-    line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+    line = json.dumps(redact(record), separators=(",", ":"), default=str) + "\n"
     with lock_for(path):
         with open(path, "ab") as f:
             if f.tell() > 0:

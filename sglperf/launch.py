@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,22 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return "exited"
+
+
+class PortInUse(LaunchError):
+    pass
+
+
+def _pump(src, dst, secrets: tuple[str, ...]) -> None:
+    """Copy the server's output to its log file line by line, replacing secrets (SGLang logs its api_key)."""
+    words = [w.encode() for w in secrets if w]
+    try:
+        for line in iter(src.readline, b""):
+            for w in words:
+                line = line.replace(w, b"<redacted>")
+            dst.write(line)
+    finally:
+        src.close()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -113,6 +130,7 @@ class Server:
                  argv: list[str]):
         self.spec, self.proc, self.url, self.log_path, self.argv = spec, proc, url, log_path, argv
         self._log_file = None
+        self._pump = None
         self.teardown: TeardownReport | None = None
 
     @property
@@ -198,6 +216,8 @@ class Server:
             time.sleep(0.05)
             survivors = _alive(tree)
         wait_for_gpu_release(tree)
+        if self._pump is not None:
+            self._pump.join(5)
         if self._log_file:
             self._log_file.close()
         self.teardown = TeardownReport(code, graceful and not killed, tuple(killed), tuple(survivors),
@@ -237,7 +257,17 @@ def wait_for_gpu_release(pids: list[int], timeout_s: float = 60.0) -> list[int]:
 
 
 def launch(spec: LaunchSpec) -> Server:
-    port = spec.port or free_port(spec.host)
+    """Start and wait for readiness. An auto-chosen port that another process took meanwhile is retried."""
+    for attempt in range(3):
+        try:
+            return _launch_once(spec, spec.port or free_port(spec.host))
+        except PortInUse:
+            if spec.port is not None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch_once(spec: LaunchSpec, port: int) -> Server:
     argv = [*spec.argv, spec.host_flag, spec.host, spec.port_flag, str(port)]
     log_dir = Path(spec.log_dir)
     try:
@@ -249,7 +279,7 @@ def launch(spec: LaunchSpec) -> Server:
     log_file.write(("# " + " ".join(redact_argv(argv, list(spec.secrets))) + "\n").encode())
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
     except OSError as e:
         log_file.close()
@@ -257,6 +287,9 @@ def launch(spec: LaunchSpec) -> Server:
     url = f"http://{'127.0.0.1' if spec.host in ('0.0.0.0', '') else spec.host}:{port}"
     server = Server(spec, proc, url, log_path, argv)
     server._log_file = log_file
+    server._pump = threading.Thread(target=_pump, args=(proc.stdout, log_file, spec.secrets), daemon=True,
+                                    name=f"log-{spec.name}")
+    server._pump.start()
     deadline = time.monotonic() + spec.launch_timeout_s
     delay = 0.05
     session = requests.Session()
@@ -264,9 +297,10 @@ def launch(spec: LaunchSpec) -> Server:
         while True:
             code = proc.poll()
             if code is not None:
-                t = tail(log_path)
                 server.stop()
-                raise LaunchError(
+                t = tail(log_path)
+                kind = PortInUse if "address already in use" in t.lower() else LaunchError
+                raise kind(
                     f"server {spec.name!r} exited during start-up with code {code} ({describe_exit(code)}).\n"
                     f"Its error: {error_lines(t) or '(none printed)'}\nLog: {log_path}\n--- log tail ---\n{t}",
                     exit_code=code, log_path=log_path, log_tail=t)
@@ -277,8 +311,8 @@ def launch(spec: LaunchSpec) -> Server:
             except requests.RequestException:
                 pass
             if time.monotonic() >= deadline:
-                t = tail(log_path)
                 server.stop()
+                t = tail(log_path)
                 raise LaunchError(f"server {spec.name!r} was not ready ({spec.ready_path} 200) within "
                                   f"{spec.launch_timeout_s:g} s; stopped it.\nLog: {log_path}\n--- log tail ---\n{t}",
                                   log_path=log_path, log_tail=t)

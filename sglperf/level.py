@@ -128,9 +128,11 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                     reason = "max_seconds"
                     break
         except asyncio.CancelledError:
-            incomplete, note, reason = True, "interrupted", "interrupted"
-            load.cancel()
-            raise
+            # Interrupted (Ctrl-C, SIGTERM): keep what was measured, marked incomplete; the caller re-raises.
+            incomplete, note, reason = True, "interrupted before the level finished", "interrupted"
+            task = asyncio.current_task()
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
         finally:
             stopped_at = clock()
             stop_load.set()

@@ -79,6 +79,7 @@ class MeasurementSection(Strict):
     plateau_band: float = Field(0.07, gt=0, lt=1)
     ab_margin: float = Field(0.02, ge=0, lt=1)
     default_tolerance: float = Field(0.05, gt=0, lt=1)
+    server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
 
 
 class ConfigSection(Strict):
@@ -136,15 +137,25 @@ class Profile(Strict):
     def launch_argv(self, config: str, *, model_path: str | None = None, extra: list[str] = (),
                     api_key: str | None = None) -> list[str]:
         """The argv of one config, without host and port (the launcher adds them)."""
-        cmd = [sys.executable if part == "{python}" else part for part in self.server.command]
-        argv = list(cmd)
-        mp = self.model_path(model_path)
+        argv = [resolve_placeholder(part) for part in self.server.command]
+        mp = resolve_placeholder(self.model_path(model_path)) if self.model_path(model_path) else None
         if mp:
             argv += [self.server.model_path_flag, mp]
         argv += list(self.server.args) + list(self.config(config).args) + list(extra)
         if api_key and self.server.api_key_flag:
             argv += [self.server.api_key_flag, api_key]
         return argv
+
+
+def resolve_placeholder(part: str) -> str:
+    """{python}: this interpreter; {llama_server} / {llamacpp_model}: the cached build and model (sglperf.llamacpp)."""
+    if part == "{python}":
+        return sys.executable
+    if part in ("{llama_server}", "{llamacpp_model}"):
+        from . import llamacpp
+
+        return str(llamacpp.server_path() if part == "{llama_server}" else llamacpp.model_path())
+    return part
 
 
 def profile_path(name_or_path: str) -> Path:

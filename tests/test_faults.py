@@ -1,0 +1,253 @@
+"""Fault matrix: each fault is driven through the real code paths (pytest perf_tests in a subprocess, against the
+simulator's fault flags), and each case checks the outcome category, a message naming the cause, the server log
+path, no surviving server process, no half-written file, and nothing invalid in baselines or history."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sglperf import baselines
+from sglperf.launch import LaunchError, LaunchSpec, launch
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = [sys.executable, "-m", "sglperf.sim"]
+
+
+def suite(tmp_path, *args, timeout=300, env=None):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
+           "--perf-config", "rr24-cds4", "--reports-dir", str(tmp_path / "reports"), *args]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **(env or {})})
+    return p, p.stdout + p.stderr
+
+
+def sim_processes() -> list[psutil.Process]:
+    """Simulator processes still alive (started by any test here: they run `-m sglperf.sim`)."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if "sglperf.sim" in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def assert_clean(tmp_path, before: set[int]):
+    """No server of this run left, no temp file left half-written, history holds no invalid value."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and {p.pid for p in sim_processes()} - before:
+        time.sleep(0.2)
+    left = {p.pid for p in sim_processes()} - before
+    assert not left, f"server processes survived: {left}"
+    reports = tmp_path / "reports"
+    assert not list(reports.rglob("*.tmp")), "a half-written file was left"
+    for run in (reports / "runs").glob("*.json"):
+        json.loads(run.read_text())  # every run file parses
+    hist = reports / "history.jsonl"
+    if hist.exists():
+        for line in hist.read_text().splitlines():
+            for lv in json.loads(line)["levels"]:
+                if not lv["valid"]:
+                    assert lv["sustained_output_tps"] is None, "an invalid level entered history as a value"
+
+
+@pytest.fixture
+def before():
+    return {p.pid for p in sim_processes()}
+
+
+def run_doc(tmp_path) -> dict:
+    return json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
+
+
+# 1. start-up errors carry the server's own error line ------------------------------------------------------------
+@pytest.mark.parametrize("flag,code,line", [
+    ("--server-arg=--no-such-flag", 2, "unrecognized arguments: --no-such-flag"),
+    ("--server-arg=--num-continuous-decode-steps=0", 1, "--num-continuous-decode-steps must be >= 1"),
+])
+def test_startup_errors_are_infrastructure_failures_with_the_servers_words(tmp_path, before, flag, code, line):
+    p, out = suite(tmp_path, "--levels", "8", flag)
+    assert p.returncode == 1
+    assert "INFRASTRUCTURE" in out and f"exited during start-up with code {code}" in out and line in out
+    assert "Log: " in out and str(tmp_path / "reports" / "servers") in out
+    assert_clean(tmp_path, before)
+    assert not (tmp_path / "reports" / "history.jsonl").exists(), "no level measured, nothing in history"
+
+
+# 2. start-up slower than the launch timeout -------------------------------------------------------------------------
+def test_slow_startup_hits_the_launch_timeout(tmp_path, before):
+    t0 = time.monotonic()
+    p, out = suite(tmp_path, "--levels", "8", "--server-arg=--fault-slow-start=60", "--launch-timeout", "3")
+    assert p.returncode == 1 and time.monotonic() - t0 < 60
+    assert "INFRASTRUCTURE" in out and "was not ready (/health 200) within 3 s" in out
+    assert_clean(tmp_path, before)
+
+
+# 3. port already taken ---------------------------------------------------------------------------------------------
+def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path, before):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(LaunchError) as e:
+            launch(LaunchSpec("sim", [*SIM, "--preset", "ci"], tmp_path / "logs", port=port, launch_timeout_s=30))
+        assert e.value.exit_code == 1 and "address already in use" in str(e.value)
+    assert_clean(tmp_path, before)
+
+
+# 4. crash mid-level ------------------------------------------------------------------------------------------------
+def test_a_crash_mid_level_ends_it_as_infrastructure_within_seconds(tmp_path, before):
+    t0 = time.monotonic()
+    p, out = suite(tmp_path, "--levels", "8,16", "--server-arg=--fault-crash-after=2")
+    assert p.returncode == 1 and time.monotonic() - t0 < 90
+    assert "INFRASTRUCTURE" in out and "exit code -9" in out and "crashed with exit code -9" in out
+    doc = run_doc(tmp_path)
+    c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
+    assert c8["incomplete"] and not c8["valid"]
+    assert_clean(tmp_path, before)
+
+
+# 5. hang mid-level -------------------------------------------------------------------------------------------------
+def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path, before):
+    t0 = time.monotonic()
+    p, out = suite(tmp_path, "--levels", "8", "--server-arg=--fault-hang-after=2")
+    assert p.returncode == 1 and time.monotonic() - t0 < 90
+    assert "INFRASTRUCTURE" in out and "server stalled: no token" in out and "stall timeout 10 s" in out
+    assert_clean(tmp_path, before)
+
+
+# 6-9. wrong answers inside HTTP-200 streams, short outputs, queue-full 503s --------------------------------------
+@pytest.mark.parametrize("flag,kinds", [
+    ("--server-arg=--fault-error-rate=0.05", ("abort", "stream_error")),
+    ("--server-arg=--fault-truncate-rate=0.05", ("no_finish",)),
+    ("--server-arg=--fault-short-rate=0.05", ("short_output",)),
+    ("--server-arg=--max-queued-requests=4", ("http_status", "abort")),
+])
+def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, before, flag, kinds):
+    p, out = suite(tmp_path, "--levels", "64", flag, "--level-max-seconds", "8")
+    assert p.returncode == 1
+    assert "INVALID MEASUREMENT" in out and "requests failed" in out
+    assert any(k in out for k in kinds), out[-2000:]
+    assert "Server log: " in out
+    lv = run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["64"]
+    assert not lv["valid"] and set(lv["errors"]) & set(kinds)
+    assert_clean(tmp_path, before)
+
+
+# 10. interrupted mid-level (SIGINT, SIGTERM) -------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, before, sig):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--perf-config", "rr24-cds4",
+           "--levels", "8,16", "--level-max-seconds", "60", "--ci-target", "0.0001",
+           "--reports-dir", str(tmp_path / "reports")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runs = tmp_path / "reports" / "runs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((tmp_path / "reports" / "servers").glob("*.log")):
+        time.sleep(0.2)
+    time.sleep(5)  # mid-level: the ci target is unreachable, so the level runs until interrupted
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    doc = json.loads(next(runs.glob("*.json")).read_text())
+    assert doc["status"] == "interrupted" and doc["complete"] is False
+    c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
+    assert c8["incomplete"] and not c8["valid"] and c8["requests_sent"] > 0, "partial result saved"
+    assert_clean(tmp_path, before)
+
+
+# 11. xdist: never two servers on one GPU set -------------------------------------------------------------------------
+def test_under_xdist_servers_never_overlap(tmp_path, before):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "-n", "4", "--levels", "8",
+           "--reports-dir", str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:]
+    spans = []
+    for log in (tmp_path / "reports" / "servers").glob("*.log"):
+        text = log.read_text()
+        stamps = [ln[1:20] for ln in text.splitlines() if ln.startswith("[20")]
+        spans.append((stamps[0], stamps[-1]))
+    spans.sort()
+    assert len(spans) == 2
+    assert spans[0][1] <= spans[1][0], f"server lifetimes overlap: {spans}"
+    assert_clean(tmp_path, before)
+
+
+# 12. bad input: usage errors naming file and field --------------------------------------------------------------------
+def test_malformed_profile_is_a_usage_error_naming_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [\n")
+    p, out = suite(tmp_path, "--profile", str(bad))
+    assert p.returncode == 4 and "USAGE ERROR" in out and "bad.toml: not valid TOML" in out
+
+
+def test_unknown_profile_key_is_a_usage_error_naming_the_field(tmp_path):
+    src = (ROOT / "profiles" / "sim-ci.toml").read_text()
+    bad = tmp_path / "typo.toml"
+    bad.write_text(src.replace("[measurement]", "[measurement]\nci_targett = 0.1"))
+    p, out = suite(tmp_path, "--profile", str(bad))
+    assert p.returncode == 4 and "typo.toml: measurement.ci_targett: unknown key" in out
+
+
+@pytest.mark.parametrize("content,expect", [
+    ('{"schema_version": 1, "profile": ', "not valid JSON"),
+    ('{"schema_version": 0, "profile": "sim-ci"}', "schema_version: 0 is not supported"),
+])
+def test_malformed_or_old_baseline_is_a_usage_error_and_nothing_is_overwritten(tmp_path, before, content, expect):
+    bfile = tmp_path / "baseline.json"
+    bfile.write_text(content)
+    p, out = suite(tmp_path, "--levels", "8", "--baseline-file", str(bfile))
+    assert p.returncode == 1 and "USAGE ERROR" in out and expect in out and "baseline.json" in out
+    assert bfile.read_text() == content, "the user's file is untouched"
+    assert_clean(tmp_path, before)
+
+
+def test_unwritable_reports_directory_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--reports-dir", str(blocker / "sub")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4
+    assert "USAGE ERROR: the reports directory" in p.stdout + p.stderr and "not writable" in p.stdout + p.stderr
+
+
+def test_the_shipped_baselines_are_untouched_by_the_fault_runs():
+    for f in baselines.BASELINE_DIR.glob("*/*.json"):
+        assert ".candidate" not in f.name, f"a candidate was left in the repo: {f}"
+        baselines.load(f)
+
+
+# Security -------------------------------------------------------------------------------------------------------
+def test_the_api_key_appears_nowhere_in_reports_or_allure_results(tmp_path, before):
+    key = "sk-sglperf-test-7f3a9c1e5b"
+    allure = tmp_path / "allure"
+    p, out = suite(tmp_path, "--levels", "8", "--alluredir", str(allure), env={"SGLPERF_API_KEY": key})
+    assert p.returncode in (0, 1), out[-2000:]
+    doc = run_doc(tmp_path)
+    assert doc["configs"]["rr24-cds4"]["levels"]["8"]["valid"], "the key reached server and client"
+    leaks = [str(f) for d in (tmp_path / "reports", allure) for f in d.rglob("*") if f.is_file()
+             and key.encode() in (f.read_bytes() if not f.name.endswith(".gz") else __import__("gzip").open(f).read())]
+    assert not leaks, f"the API key leaked into {leaks}"
+    assert key not in out
+    log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
+    assert "--api-key <redacted>" in log
+    assert_clean(tmp_path, before)
+
+
+def test_servers_bind_loopback_by_default_and_nothing_starts_through_a_shell():
+    from sglperf import profiles
+
+    for name in profiles.available():
+        assert profiles.load(name).server.host == "127.0.0.1"
+    src = "".join(p.read_text() for p in (ROOT / "sglperf").rglob("*.py"))
+    assert "shell=True" not in src and "os.system(" not in src
