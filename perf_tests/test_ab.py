@@ -31,8 +31,13 @@ def test_config_ab(perf_profile, perf_session, request):
     base, tuned = runs[prof.ab.base], runs[prof.ab.tuned]
     if base.ceiling is None or tuned.ceiling is None:
         pytest.skip("A/B needs each config's ceiling from /server_info")
+    cvs = {}
+    bf, _ = base.baseline()
+    for c in (prof.ab.base, prof.ab.tuned):  # run-to-run noise the baseline measured, where calibrated
+        cvs[c] = {lv: e.noise_cv for lv in levels
+                  if bf and (e := bf.entries(c, lv).get("sustained_output_tps")) and e.noise_cv is not None}
     v = check_ab(res[prof.ab.base], res[prof.ab.tuned], base.ceiling, tuned.ceiling,
-                 margin=prof.measurement.ab_margin)
+                 margin=prof.measurement.ab_margin, base_cv=cvs[prof.ab.base], tuned_cv=cvs[prof.ab.tuned])
     rec = perf_session.recorder(prof)
     rec.doc["ab"] = {"base": prof.ab.base, "tuned": prof.ab.tuned, "passed": v.passed, "gains": v.gains,
                      "lines": list(v.lines), "problems": list(v.problems)}

@@ -51,6 +51,7 @@ def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r:
     if r.sustained_output_tps:
         ax.axhline(r.sustained_output_tps, color="tab:green", ls="--",
                    label=f"sustained {r.sustained_output_tps:,.0f} ± {r.sustained_output_tps_ci95 or 0:,.0f} tok/s")
+    ax.set_ylim(bottom=0)  # from zero: small wiggles must not look like cliffs
     ax.set_xlabel("seconds since the level started")
     ax.set_ylabel("output tokens / s")
     ax2 = ax.twinx()

@@ -141,16 +141,24 @@ class ABVerdict:
 
 
 def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_ceiling: Ceiling,
-             tuned_ceiling: Ceiling, *, margin: float) -> ABVerdict:
-    """The tuned config is not worse at any level (beyond the combined 95% CIs plus `margin`), and gains
-    significantly at levels past the base config's ceiling where the tuned config's ceiling is higher."""
+             tuned_ceiling: Ceiling, *, margin: float, base_cv: dict[int, float] | None = None,
+             tuned_cv: dict[int, float] | None = None, z: float = 1.645) -> ABVerdict:
+    """The tuned config is not worse at any level (beyond the noise plus `margin`), and gains significantly at
+    levels past the base config's ceiling where the tuned config's ceiling is higher.
+
+    Noise = the two within-run 95% CIs combined with z x the run-to-run CV each level's baseline measured
+    (`sglperf baseline calibrate`), when known: two servers started one after the other differ by more than one
+    level's CI says."""
     lines, problems, gains = [], [], {}
+    base_cv, tuned_cv = base_cv or {}, tuned_cv or {}
     for lv in sorted(set(base) & set(tuned)):
         b, t = base[lv], tuned[lv]
         if b.sustained_output_tps is None or t.sustained_output_tps is None:
             problems.append(f"c{lv}: missing sustained throughput")
             continue
-        noise = math.hypot(b.sustained_output_tps_ci95 or 0, t.sustained_output_tps_ci95 or 0)
+        noise = math.hypot(b.sustained_output_tps_ci95 or 0, t.sustained_output_tps_ci95 or 0,
+                           z * base_cv.get(lv, 0.0) * b.sustained_output_tps,
+                           z * tuned_cv.get(lv, 0.0) * t.sustained_output_tps)
         diff = t.sustained_output_tps - b.sustained_output_tps
         gain = diff / b.sustained_output_tps
         gains[lv] = gain

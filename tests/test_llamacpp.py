@@ -1,0 +1,87 @@
+"""llama.cpp as a real engine: the deterministic tiny model, its one-word-one-token vocabulary, the cached build,
+and a kill -9 mid-level ending as an infrastructure failure within seconds."""
+
+import asyncio
+import hashlib
+import os
+import signal
+import time
+
+import pytest
+import requests
+
+from sglperf import llamacpp
+from sglperf.client import Target, Workload
+from sglperf.launch import LaunchSpec, launch
+from sglperf.level import LevelSpec, measure_level
+from sglperf.metrics import MeasurementPolicy
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_tiny_model_is_deterministic(tmp_path):
+    a = llamacpp.make_model(tmp_path / "a.gguf", shape=(64, 2, 128))
+    b = llamacpp.make_model(tmp_path / "b.gguf", shape=(64, 2, 128))
+    assert sha(a) == sha(b)
+
+
+def test_a_missing_compiler_or_cmake_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLPERF_CACHE", str(tmp_path))
+    monkeypatch.setattr(llamacpp.shutil, "which", lambda name: None if name == "cmake" else "/usr/bin/" + name)
+    with pytest.raises(llamacpp.BuildError, match="needs cmake and a C/C\\+\\+ compiler; missing: cmake"):
+        llamacpp.build()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    binary, model = llamacpp.build(), llamacpp.make_model()
+
+    def start(slots=4):
+        return launch(LaunchSpec("llama", [str(binary), "-m", str(model), "--threads", "1", "--metrics", "--no-webui",
+                                           "--parallel", str(slots), "--ctx-size", str(256 * slots)],
+                                 tmp_path_factory.mktemp("logs"), launch_timeout_s=60, terminate_timeout_s=5))
+    return start
+
+
+def test_one_word_is_one_token(llama):
+    srv = llama()
+    try:
+        r = requests.post(srv.url + "/tokenize", json={"content": "w1 w2 w300 w1020"}).json()
+        assert len(r["tokens"]) == 4
+        assert all(llamacpp.FIRST_WORD_ID <= t < llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS for t in r["tokens"])
+        props = requests.get(srv.url + "/props").json()
+        assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
+    finally:
+        assert not srv.stop().survivors
+
+
+def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_next_server_starts(llama):
+    srv = llama()
+    target = Target(srv.url, api="openai", new_connection_per_request=True)
+    work = Workload(32, 32, vocab_low=llamacpp.FIRST_WORD_ID, vocab_high=llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS)
+
+    async def run():
+        async def killer():
+            await asyncio.sleep(2)
+            os.kill(srv.pid, signal.SIGKILL)
+
+        k = asyncio.create_task(killer())
+        m = await measure_level(target, work, LevelSpec(concurrency=8, max_seconds=60),
+                                MeasurementPolicy(ci_target=0.0001), server_check=srv.crash_reason)
+        await k
+        return m
+
+    t0 = time.monotonic()
+    m = asyncio.run(run())
+    took = time.monotonic() - t0
+    srv.stop()
+    assert m.result.incomplete and not m.result.valid and m.stop_reason == "server_died"
+    assert "exit code -9" in m.result.note
+    assert took < 10, f"the level should end within seconds of the kill, took {took:.1f} s"
+    again = llama(8)
+    try:
+        assert requests.get(again.url + "/health").status_code == 200
+    finally:
+        assert not again.stop().survivors
