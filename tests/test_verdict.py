@@ -1,0 +1,86 @@
+"""Verdicts: the KV-ceiling prediction, plateau band and attribution, floors, and the A/B with measured noise."""
+
+import dataclasses
+
+import pytest
+
+from sglperf.baselines import Entry
+from sglperf.records import LevelResult, Summary
+from sglperf.verdict import check_ab, check_floor, check_plateau, predict_ceiling
+
+S = Summary(None, None, None, None, 0)
+
+
+def lr(c, tps, *, ci=10.0, running=None, queued=0.0, valid=True):
+    fields = {f.name: None for f in dataclasses.fields(LevelResult)}
+    fields.update(concurrency=c, isl=128, osl=128, valid=valid, invalid_reasons=(), sustained_output_tps=tps,
+                  sustained_output_tps_ci95=ci, ttft_ms=S, tpot_ms=S, itl_ms=S, e2e_ms=S, errors={}, window_s=60.0,
+                  ci_batches=10, completed=100, completed_in_window=80, requests_sent=100, cancelled=0,
+                  duration_s=70.0, server_max_running=running, server_mean_running=running, server_mean_queued=queued,
+                  incomplete=False, warnings=())
+    return LevelResult(**fields)
+
+
+def test_the_seeds_ceilings():
+    kv = predict_ceiling(495_488, 64, 128, 128, 2048)
+    assert (kv.kv, kv.effective, kv.binding) == (1935, 1935, "kv")
+    cap = predict_ceiling(495_488, 64, 128, 128, 1024)
+    assert (cap.effective, cap.binding) == (1024, "cap")
+
+
+def test_plateau_on_the_kv_pool_is_attributed_to_it():
+    c = predict_ceiling(495_488, 64, 128, 128, 2048)
+    res = {1024: lr(1024, 1631), 2048: lr(2048, 2095, running=1935, queued=100),
+           3072: lr(3072, 2062, running=1935, queued=1137)}
+    v = check_plateau(res, c, band=0.07)
+    assert v.passed and v.attributed_to == "kv" and v.reference_level == 2048
+
+
+def test_plateau_on_the_admission_cap_is_attributed_to_it():
+    c = predict_ceiling(495_488, 64, 128, 128, 1024)
+    res = {1024: lr(1024, 1601, running=1024), 2048: lr(2048, 1640, running=1024, queued=1024)}
+    v = check_plateau(res, c, band=0.07)
+    assert v.passed and v.attributed_to == "cap"
+
+
+def test_throughput_that_keeps_climbing_past_the_ceiling_violates_the_plateau():
+    c = predict_ceiling(495_488, 64, 128, 128, 2048)
+    res = {2048: lr(2048, 2095, running=1935, queued=100), 3072: lr(3072, 2600, running=1935, queued=900)}
+    v = check_plateau(res, c, band=0.07)
+    assert not v.passed and "outside the ±7% plateau band" in v.message
+
+
+def test_a_server_running_far_from_the_prediction_violates_the_plateau():
+    c = predict_ceiling(495_488, 64, 128, 128, 2048)
+    res = {2048: lr(2048, 2095, running=1500, queued=100), 3072: lr(3072, 2062, running=1500, queued=900)}
+    v = check_plateau(res, c, band=0.07)
+    assert not v.passed and "not near the predicted ceiling 1935" in v.message
+
+
+def test_floor_message_names_everything():
+    e = Entry(metric="sustained_output_tps", value=2095.0, tolerance=0.05, taken_at="2026-11-01", source="run x",
+              sglperf_version="0.1.0")
+    v = check_floor(lr(2048, 1800.0, ci=12.0), e, where="glm5/rr2048 c2048", baseline_source="b.json",
+                    log_path="srv.log", env_diff="environment changed since the baseline: driver 1 → 2")
+    assert not v.passed
+    for needle in ["THROUGHPUT REGRESSION", "c2048", "1,800.0 ± 12.0", "-14.1% vs baseline", "floor 1,990.2",
+                   "baseline 2,095.0", "b.json", "run x", "driver 1 → 2", "srv.log"]:
+        assert needle in v.message, needle
+
+
+def test_ab_seed_gain_and_no_loss():
+    c1, c2 = predict_ceiling(495_488, 64, 128, 128, 1024), predict_ceiling(495_488, 64, 128, 128, 2048)
+    base = {256: lr(256, 705), 2048: lr(2048, 1640)}
+    tuned = {256: lr(256, 705), 2048: lr(2048, 2095)}
+    v = check_ab(base, tuned, c1, c2, margin=0.02)
+    assert v.passed and v.gains[2048] == pytest.approx(0.2774, abs=1e-3)
+
+
+def test_ab_uses_the_baselines_run_to_run_noise():
+    c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
+    base, tuned = {4: lr(4, 890, ci=15)}, {4: lr(4, 740, ci=15)}  # -17% in one run
+    assert not check_ab(base, tuned, c1, c2, margin=0.05).passed, "with only the within-run CIs: worse"
+    assert check_ab(base, tuned, c1, c2, margin=0.05, base_cv={4: 0.02}, tuned_cv={4: 0.12}).passed, \
+        "the tuned config's measured 12% CV makes -17% one run's noise"
+    lost_gain = check_ab({8: lr(8, 900)}, {8: lr(8, 905)}, c1, c2, margin=0.05)
+    assert not lost_gain.passed and "expected a gain" in lost_gain.problems[0]
