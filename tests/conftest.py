@@ -48,3 +48,13 @@ def _cmdline(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return []
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's shell: without the xdist worker's variables, which a child pytest would
+    otherwise take as its own (pytest-benchmark then thinks it is a worker and writes no JSON)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    env.update(extra)
+    return env

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import user_env
+
 ROOT = Path(__file__).resolve().parent.parent
 needs_node = pytest.mark.skipif(not shutil.which("npm"), reason="Node.js/npm not installed")
 
@@ -18,7 +20,7 @@ def suite(tmp_path, alluredir, *extra):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--levels", "8,32",
            "--perf-config", "rr24-cds4", "--alluredir", str(alluredir), "--reports-dir", str(tmp_path / "reports"),
            *extra]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
     assert p.returncode == 0, p.stdout[-3000:]
     return p
 
@@ -71,7 +73,8 @@ def test_benchmark_json_has_every_level_with_its_metrics(two_runs):
                             "test_sustained_throughput_floor[sim-ci/rr24-cds4/c32]"}
     for b in by_name.values():
         info = b["extra_info"]
-        assert info["valid"] is True and info["sustained_output_tps"] > 0 and info["sustained_output_tps_ci95"] > 0
+        assert info["valid"] is True and info["sustained_output_tps"] > 0
+        assert info["sustained_output_tps_ci95"] is not None
         assert {"whole_run_output_tps", "peak_output_tps", "ttft_p99_ms", "errors"} <= set(info)
         assert b["stats"]["rounds"] == 1
 

@@ -17,37 +17,43 @@ import pytest
 from sglperf import baselines
 from sglperf.launch import LaunchError, LaunchSpec, launch
 
+from .conftest import user_env
+
 ROOT = Path(__file__).resolve().parent.parent
 SIM = [sys.executable, "-m", "sglperf.sim"]
+
+
+TAG = "SGLPERF_TEST_TAG"  # inherited by every server a suite run launches: finds exactly this test's servers
 
 
 def suite(tmp_path, *args, timeout=300, env=None):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
            "--perf-config", "rr24-cds4", "--reports-dir", str(tmp_path / "reports"), *args]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **(env or {})})
+                       env=user_env(**{TAG: str(tmp_path)}, **(env or {})))
     return p, p.stdout + p.stderr
 
 
-def sim_processes() -> list[psutil.Process]:
-    """Simulator processes still alive (started by any test here: they run `-m sglperf.sim`)."""
+def sim_processes(tag: str) -> list[psutil.Process]:
+    """Simulator processes still alive that a suite run of this test started."""
     out = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
             cmd = p.info["cmdline"] or []
-            if "sglperf.sim" in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            if "sglperf.sim" in cmd and p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get(TAG) == tag:
                 out.append(p)
         except psutil.Error:
             continue
     return out
 
 
-def assert_clean(tmp_path, before: set[int]):
+def assert_clean(tmp_path):
     """No server of this run left, no temp file left half-written, history holds no invalid value."""
+    tag = str(tmp_path)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and {p.pid for p in sim_processes()} - before:
+    while time.monotonic() < deadline and sim_processes(tag):
         time.sleep(0.2)
-    left = {p.pid for p in sim_processes()} - before
+    left = [p.pid for p in sim_processes(tag)]
     assert not left, f"server processes survived: {left}"
     reports = tmp_path / "reports"
     assert not list(reports.rglob("*.tmp")), "a half-written file was left"
@@ -61,11 +67,6 @@ def assert_clean(tmp_path, before: set[int]):
                     assert lv["sustained_output_tps"] is None, "an invalid level entered history as a value"
 
 
-@pytest.fixture
-def before():
-    return {p.pid for p in sim_processes()}
-
-
 def run_doc(tmp_path) -> dict:
     return json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
 
@@ -75,26 +76,26 @@ def run_doc(tmp_path) -> dict:
     ("--server-arg=--no-such-flag", 2, "unrecognized arguments: --no-such-flag"),
     ("--server-arg=--num-continuous-decode-steps=0", 1, "--num-continuous-decode-steps must be >= 1"),
 ])
-def test_startup_errors_are_infrastructure_failures_with_the_servers_words(tmp_path, before, flag, code, line):
+def test_startup_errors_are_infrastructure_failures_with_the_servers_words(tmp_path, flag, code, line):
     p, out = suite(tmp_path, "--levels", "8", flag)
     assert p.returncode == 1
     assert "INFRASTRUCTURE" in out and f"exited during start-up with code {code}" in out and line in out
     assert "Log: " in out and str(tmp_path / "reports" / "servers") in out
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
     assert not (tmp_path / "reports" / "history.jsonl").exists(), "no level measured, nothing in history"
 
 
 # 2. start-up slower than the launch timeout -------------------------------------------------------------------------
-def test_slow_startup_hits_the_launch_timeout(tmp_path, before):
+def test_slow_startup_hits_the_launch_timeout(tmp_path):
     t0 = time.monotonic()
     p, out = suite(tmp_path, "--levels", "8", "--server-arg=--fault-slow-start=60", "--launch-timeout", "3")
     assert p.returncode == 1 and time.monotonic() - t0 < 60
     assert "INFRASTRUCTURE" in out and "was not ready (/health 200) within 3 s" in out
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 3. port already taken ---------------------------------------------------------------------------------------------
-def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path, before):
+def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -102,11 +103,11 @@ def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path, bef
         with pytest.raises(LaunchError) as e:
             launch(LaunchSpec("sim", [*SIM, "--preset", "ci"], tmp_path / "logs", port=port, launch_timeout_s=30))
         assert e.value.exit_code == 1 and "address already in use" in str(e.value)
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 4. crash mid-level ------------------------------------------------------------------------------------------------
-def test_a_crash_mid_level_ends_it_as_infrastructure_within_seconds(tmp_path, before):
+def test_a_crash_mid_level_ends_it_as_infrastructure_within_seconds(tmp_path):
     t0 = time.monotonic()
     p, out = suite(tmp_path, "--levels", "8,16", "--server-arg=--fault-crash-after=2")
     assert p.returncode == 1 and time.monotonic() - t0 < 90
@@ -114,16 +115,16 @@ def test_a_crash_mid_level_ends_it_as_infrastructure_within_seconds(tmp_path, be
     doc = run_doc(tmp_path)
     c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
     assert c8["incomplete"] and not c8["valid"]
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 5. hang mid-level -------------------------------------------------------------------------------------------------
-def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path, before):
+def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path):
     t0 = time.monotonic()
     p, out = suite(tmp_path, "--levels", "8", "--server-arg=--fault-hang-after=2")
     assert p.returncode == 1 and time.monotonic() - t0 < 90
     assert "INFRASTRUCTURE" in out and "server stalled: no token" in out and "stall timeout 10 s" in out
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 6-9. wrong answers inside HTTP-200 streams, short outputs, queue-full 503s --------------------------------------
@@ -133,7 +134,7 @@ def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path, be
     ("--server-arg=--fault-short-rate=0.05", ("short_output",)),
     ("--server-arg=--max-queued-requests=4", ("http_status", "abort")),
 ])
-def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, before, flag, kinds):
+def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, flag, kinds):
     p, out = suite(tmp_path, "--levels", "64", flag, "--level-max-seconds", "8")
     assert p.returncode == 1
     assert "INVALID MEASUREMENT" in out and "requests failed" in out
@@ -141,16 +142,17 @@ def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, before, flag,
     assert "Server log: " in out
     lv = run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["64"]
     assert not lv["valid"] and set(lv["errors"]) & set(kinds)
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 10. interrupted mid-level (SIGINT, SIGTERM) -------------------------------------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, before, sig):
+def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--perf-config", "rr24-cds4",
            "--levels", "8,16", "--level-max-seconds", "60", "--ci-target", "0.0001",
            "--reports-dir", str(tmp_path / "reports")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=user_env(**{TAG: str(tmp_path)}))
     runs = tmp_path / "reports" / "runs"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((tmp_path / "reports" / "servers").glob("*.log")):
@@ -163,14 +165,15 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
     assert doc["status"] == "interrupted" and doc["complete"] is False
     c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
     assert c8["incomplete"] and not c8["valid"] and c8["requests_sent"] > 0, "partial result saved"
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 11. xdist: never two servers on one GPU set -------------------------------------------------------------------------
-def test_under_xdist_servers_never_overlap(tmp_path, before):
+def test_under_xdist_servers_never_overlap(tmp_path):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "-n", "4", "--levels", "8",
            "--reports-dir", str(tmp_path / "reports")]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=user_env(**{TAG: str(tmp_path)}))
     assert p.returncode == 0, p.stdout[-2000:]
     spans = []
     for log in (tmp_path / "reports" / "servers").glob("*.log"):
@@ -180,7 +183,7 @@ def test_under_xdist_servers_never_overlap(tmp_path, before):
     spans.sort()
     assert len(spans) == 2
     assert spans[0][1] <= spans[1][0], f"server lifetimes overlap: {spans}"
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 # 12. bad input: usage errors naming file and field --------------------------------------------------------------------
@@ -203,20 +206,20 @@ def test_unknown_profile_key_is_a_usage_error_naming_the_field(tmp_path):
     ('{"schema_version": 1, "profile": ', "not valid JSON"),
     ('{"schema_version": 0, "profile": "sim-ci"}', "schema_version: 0 is not supported"),
 ])
-def test_malformed_or_old_baseline_is_a_usage_error_and_nothing_is_overwritten(tmp_path, before, content, expect):
+def test_malformed_or_old_baseline_is_a_usage_error_and_nothing_is_overwritten(tmp_path, content, expect):
     bfile = tmp_path / "baseline.json"
     bfile.write_text(content)
     p, out = suite(tmp_path, "--levels", "8", "--baseline-file", str(bfile))
     assert p.returncode == 1 and "USAGE ERROR" in out and expect in out and "baseline.json" in out
     assert bfile.read_text() == content, "the user's file is untouched"
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 def test_unwritable_reports_directory_is_a_usage_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--reports-dir", str(blocker / "sub")]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env())
     assert p.returncode == 4
     assert "USAGE ERROR: the reports directory" in p.stdout + p.stderr and "not writable" in p.stdout + p.stderr
 
@@ -228,7 +231,7 @@ def test_the_shipped_baselines_are_untouched_by_the_fault_runs():
 
 
 # Security -------------------------------------------------------------------------------------------------------
-def test_the_api_key_appears_nowhere_in_reports_or_allure_results(tmp_path, before):
+def test_the_api_key_appears_nowhere_in_reports_or_allure_results(tmp_path):
     key = "sk-sglperf-test-7f3a9c1e5b"
     allure = tmp_path / "allure"
     p, out = suite(tmp_path, "--levels", "8", "--alluredir", str(allure), env={"SGLPERF_API_KEY": key})
@@ -241,7 +244,7 @@ def test_the_api_key_appears_nowhere_in_reports_or_allure_results(tmp_path, befo
     assert key not in out
     log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
     assert "--api-key <redacted>" in log
-    assert_clean(tmp_path, before)
+    assert_clean(tmp_path)
 
 
 def test_servers_bind_loopback_by_default_and_nothing_starts_through_a_shell():

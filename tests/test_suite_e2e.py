@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import user_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -16,7 +18,7 @@ def run_suite(tmp_path, *args, timeout=600):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-p", "no:randomly", "-q", "-rs",
            "--reports-dir", str(tmp_path / "reports"), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env=user_env(PYTHONUNBUFFERED="1"))
 
 
 def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
@@ -82,7 +84,7 @@ def test_a_floor_failure_names_what_changed_in_the_environment(tmp_path):
            "rr24-cds4", "--server-arg=--slowdown=0.85", "--baseline-file", str(bfile),
            "--reports-dir", str(tmp_path / "reports")]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "SGLPERF_FINGERPRINT_OVERRIDES": env_override})
+                       env=user_env(SGLPERF_FINGERPRINT_OVERRIDES=env_override))
     assert p.returncode == 1, p.stdout[-3000:]
     assert "environment changed since the baseline: driver 575.51 → 580.65, flashinfer 0.7.1 → 0.7.2" in p.stdout
     hist = (tmp_path / "reports" / "history.jsonl").read_text().splitlines()
