@@ -58,11 +58,14 @@ def config(results: Path, output: Path, history: Path, name: str, single_file: b
         "output": str(output),
         "historyPath": str(history),
         "historyLimit": 100,
-        "plugins": {
-            "awesome": {"options": {"reportName": name, "groupBy": ["epic", "feature", "story"],
-                                    "singleFile": single_file}},
+        # awesome: the report; dashboard: its charts, and with two report plugins Allure writes a root summary page
+        # (OUT/index.html); csv: one row per test for machines. Single-file mode is the awesome report alone.
+        "plugins": ({"awesome": {"options": {"reportName": name, "groupBy": ["epic", "feature", "story"],
+                                             "singleFile": True}}} if single_file else {
+            "awesome": {"options": {"reportName": name, "groupBy": ["epic", "feature", "story"]}},
+            "dashboard": {"options": {"reportName": name}},
             "csv": {"options": {"fileName": "results.csv"}},
-        },
+        }),
         # JavaScript regexes, searched in the message (no inline flags): the prefix is enough.
         "categories": [{"name": n, "matchedStatuses": ["failed", "broken"], "messageRegex": p}
                        for n, p in CATEGORIES],
@@ -120,6 +123,9 @@ def generate(results: Path, output: Path, history: Path, *, name: str, single_fi
         raise ReportError(f"allure generate failed (exit {out.returncode}, no index.html under {output}):\n"
                           f"{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     strip_analytics(output)
+    if single_file and index != output / "index.html":
+        shutil.move(str(index), output / "index.html")  # the one file, where a user looks for it
+        index = output / "index.html"
     return index
 
 
@@ -147,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
     except ReportError as e:
         print(f"sglperf report: {e}", file=sys.stderr)
         return 2
-    out = index.parent
+    out = Path(args.output)
     if args.single_file:
         print(f"report: {index} (single file: open it directly in a browser)")
     else:
