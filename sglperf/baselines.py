@@ -8,14 +8,13 @@ naming file and field); written atomically under a lock; a candidate never overw
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .fileio import atomic_write_json, lock_for
+from .fileio import atomic_write_json, lock_for, read_json
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 SCHEMA_VERSION = 1
@@ -71,12 +70,7 @@ def default_path(profile: str, hardware_class: str) -> Path:
 
 def load(path: str | Path) -> BaselineFile:
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BaselineError(f"baseline file {path} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise BaselineError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    raw = read_json(path, "baseline file", BaselineError)
     if not isinstance(raw, dict):
         raise BaselineError(f"{path}: the top level must be an object")
     if "schema_version" not in raw:

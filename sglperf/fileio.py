@@ -49,3 +49,14 @@ def write_jsonl(path: str | Path, rows) -> Path:
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     return atomic_write_bytes(path, data)
+
+
+def read_json(path: str | Path, what: str, error: type[Exception] = ValueError):
+    """Parse a JSON file; a missing or malformed file is `error` naming the file (and line) in words."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 import uuid
 from pathlib import Path
 
 from . import __version__
-from .fileio import atomic_write_json, write_jsonl
+from .fileio import atomic_write_json, read_json, write_jsonl
 from .records import SCHEMA_VERSION, LevelResult
 from .redact import redact
 
@@ -74,12 +73,7 @@ class RunRecorder:
 
 def load_run(path: str | Path) -> dict:
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"run file {path} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    doc = read_json(path, "run file")
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "configs" not in doc:
         raise ValueError(f"{path}: not an sglperf run file (schema_version {SCHEMA_VERSION} with 'configs')")
     return doc

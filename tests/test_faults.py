@@ -3,7 +3,6 @@ simulator's fault flags), and each case checks the outcome category, a message n
 path, no surviving server process, no half-written file, and nothing invalid in baselines or history."""
 
 import json
-import os
 import signal
 import socket
 import subprocess

@@ -298,6 +298,13 @@ class SimServer:
             if st.finished:
                 return
 
+    async def wait_done(self, st: Stream) -> str | None:
+        """Non-stream requests: wait until the request finished, or until its injected fault fired (returned)."""
+        async for fault in self._events(st):
+            if fault:
+                return fault
+        return None
+
     def _meta(self, st: Stream, final: bool) -> dict:
         meta = {"id": st.rid, "finish_reason": st.finish_reason if final else None, "prompt_tokens": st.input_len,
                 "weight_version": "default", "num_retractions": st.num_retractions, "reasoning_tokens": 0,
@@ -528,10 +535,7 @@ def build_app(srv: SimServer) -> web.Application:
             return web.json_response({"error": {"message": str(e)}}, status=400)
         try:
             if not stream:
-                fault = None
-                async for fault in srv._events(st):
-                    if fault:
-                        break
+                fault = await srv.wait_done(st)
                 if fault in ("abort", "error"):
                     return web.json_response({"error": {"message": ERROR_OBJ["message"]}}, status=500)
                 if fault == "truncate":
@@ -621,10 +625,7 @@ def build_app(srv: SimServer) -> web.Application:
 
         try:
             if not stream:
-                fault = None
-                async for fault in srv._events(st):
-                    if fault:
-                        break
+                fault = await srv.wait_done(st)
                 if fault in ("abort", "error"):
                     return error_response(500, ERROR_OBJ["message"])
                 if fault == "truncate":
