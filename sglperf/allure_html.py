@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from filelock import FileLock
+
 from .report import CATEGORIES
 
 ALLURE_DIR = Path(__file__).resolve().parent.parent / "ci" / "allure"
@@ -82,11 +84,13 @@ def ensure_allure() -> Path:
                           "(Debian/Ubuntu: apt-get install -y nodejs npm), then run `sglperf report` again. "
                           "The Allure results themselves are complete without them.")
     binary = ALLURE_DIR / "node_modules" / ".bin" / "allure"
-    lock = ALLURE_DIR / "package-lock.json"
-    if not binary.exists() or binary.stat().st_mtime < lock.stat().st_mtime:
-        out = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ALLURE_DIR, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise ReportError(f"npm ci in {ALLURE_DIR} failed:\n{out.stderr[-2000:]}")
+    lockfile = ALLURE_DIR / "package-lock.json"
+    with FileLock(str(ALLURE_DIR / ".npm-ci.lock"), timeout=600):  # two reports at once must not both install
+        if not binary.exists() or binary.stat().st_mtime < lockfile.stat().st_mtime:
+            out = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=ALLURE_DIR, capture_output=True,
+                                 text=True)
+            if out.returncode != 0:
+                raise ReportError(f"npm ci in {ALLURE_DIR} failed:\n{out.stderr[-2000:]}")
     return binary
 
 
