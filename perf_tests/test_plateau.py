@@ -54,7 +54,10 @@ def _check(run, perf_session):
             pytest.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: {'; '.join(r.invalid_reasons)}",
                         pytrace=False)
         results[lv] = r
-    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band)
+    bf, _ = run.baseline()
+    cv = {lv: e.noise_cv for lv in results  # run-to-run noise, where the baseline was calibrated
+          if bf and (e := bf.entries(run.name, lv).get("sustained_output_tps")) and e.noise_cv is not None}
+    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band, cv=cv)
     rec = perf_session.recorder(run.profile)
     rec.config(run.name)["plateau"] = {"passed": v.passed, "attributed_to": v.attributed_to,
                                        "reference_level": v.reference_level, "levels": list(v.levels_past),

@@ -81,11 +81,13 @@ class PlateauVerdict:
         return f"{head}\n{body}{probs}"
 
 
-def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float,
-                  near: float = 0.05) -> PlateauVerdict:
-    """Past the effective ceiling, sustained throughput stays within `band` of the level at (or first past) it, the
-    server shows saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
-    to the KV pool or the admission cap from the server's running count."""
+def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float, near: float = 0.05,
+                  cv: dict[int, float] | None = None, z: float = 1.645) -> PlateauVerdict:
+    """Past the effective ceiling, sustained throughput stays within `band` (plus the measured noise: both levels'
+    relative CIs and, where a baseline was calibrated, their run-to-run CVs, at z) of the level at (or first past)
+    it; the server shows saturation (requests queued), running requests sit near the ceiling, and the plateau is
+    attributed to the KV pool or the admission cap from the server's running count."""
+    cv = cv or {}
     levels = sorted(results)
     past = [lv for lv in levels if lv >= ceiling.effective]
     lines, problems = [], []
@@ -105,8 +107,12 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                      f" token usage {_f(r.server_mean_token_usage, '.2f')}")
         if ratio is None:
             problems.append(f"c{lv}: no sustained throughput")
-        elif abs(ratio - 1) > band:
-            problems.append(f"c{lv}: {ratio - 1:+.1%} vs c{ref}, outside the ±{band:.0%} plateau band")
+        else:
+            rel = [(results[x].sustained_output_tps_ci95 or 0) / results[x].sustained_output_tps for x in (ref, lv)]
+            noise = z * math.sqrt(sum(x * x for x in rel) + cv.get(ref, 0.0) ** 2 + cv.get(lv, 0.0) ** 2)
+            if abs(ratio - 1) > band + noise:
+                problems.append(f"c{lv}: {ratio - 1:+.1%} vs c{ref}, outside the plateau band ±{band:.0%} "
+                                f"(+{noise:.1%} measured noise)")
         if lv > ceiling.effective:
             if r.server_mean_queued is not None and r.server_mean_queued <= 0 and (r.server_mean_token_usage or 0) < 0.9:
                 problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
