@@ -48,7 +48,9 @@ def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
 
 
 def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):
-    srv = start_sim("--enable-metrics", "--max-running-requests", "24", "--noise-cv", "0.01", "--random-seed", "0")
+    # the same server as the profile's rr24-cds4 config (its baseline judges the floors)
+    srv = start_sim("--enable-metrics", "--max-running-requests", "24", "--num-continuous-decode-steps", "4",
+                    "--noise-cv", "0.01", "--random-seed", "0")
     p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16")
     assert p.returncode == 0, p.stdout[-3000:]
     doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
