@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import sys
 from dataclasses import asdict
 
@@ -186,6 +185,3 @@ def main(args: argparse.Namespace) -> int:
         print(f"records: {args.records}")
     return 0 if all(r.valid for r in results) else 1
 
-
-def dumps(obj) -> str:
-    return json.dumps(obj, indent=2)

@@ -11,7 +11,6 @@ raises a change point in ~2%.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict, dataclass
 
@@ -137,6 +136,3 @@ def main(args: argparse.Namespace) -> int:
                                            "change_points": [asdict(c) for c in cps]})
     return 0
 
-
-def dumps(cps: list[ChangePoint]) -> str:
-    return json.dumps([asdict(c) for c in cps], indent=2)

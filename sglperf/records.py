@@ -1,13 +1,12 @@
 """Small immutable records that cross module boundaries (client -> metrics -> verdict -> reports).
 
-Times are seconds on one clock per run (the client's monotonic clock); `RunClock` maps them to epoch for reports.
+Times are seconds on one clock per run (the client's monotonic clock).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SCHEMA_VERSION = 1
 
@@ -146,14 +145,3 @@ class LevelResult:
         d["warnings"] = tuple(d.get("warnings") or ())
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-@dataclass
-class RunClock:
-    """Pins the monotonic clock to the epoch once, so records can be shown as wall time."""
-
-    mono0: float = field(default_factory=time.monotonic)
-    epoch0: float = field(default_factory=time.time)
-
-    def epoch(self, mono: float) -> float:
-        return self.epoch0 + (mono - self.mono0)

@@ -741,7 +741,6 @@ async def serve(res: sim_args.Resolved) -> int:
     log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", a.host, a.port)
     engine_task = asyncio.create_task(srv.engine_loop())
     stop = asyncio.Event()
-    exit_code = 0
 
     def on_sigterm() -> None:
         log.info("Received sigterm; shutting down gracefully after in-flight requests finish.")
@@ -790,7 +789,7 @@ async def serve(res: sim_args.Resolved) -> int:
         except subprocess.TimeoutExpired:
             c.kill()
     log.info("Shutdown complete.")
-    return exit_code
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
