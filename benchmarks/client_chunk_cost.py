@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from sglperf import engines
 from sglperf.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
 from sglperf.level import LevelSpec, measure_level
@@ -40,7 +41,8 @@ def main() -> int:
         try:
             s0, c0, t0 = proc.cpu_times(), time.process_time(), time.monotonic()
             m = asyncio.run(measure_level(Target(srv.url), Workload(32, 64), LevelSpec(
-                concurrency=c, max_seconds=a.seconds, drain_timeout_s=5), MeasurementPolicy(ci_target=0.0)))
+                concurrency=c, max_seconds=a.seconds, drain_timeout_s=5), MeasurementPolicy(ci_target=0.0),
+                engine=engines.get("sim")))
             wall = time.monotonic() - t0
             s1 = proc.cpu_times()
             client = time.process_time() - c0

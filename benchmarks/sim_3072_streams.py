@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from sglperf import engines
 from sglperf.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
 from sglperf.level import LevelSpec, measure_level
@@ -48,7 +49,7 @@ def main() -> int:
         cpu0, t0, me0 = tree_cpu(srv.pid), time.monotonic(), time.process_time()
         m = asyncio.run(measure_level(Target(srv.url), Workload(32, 32), LevelSpec(
             concurrency=a.concurrency, max_seconds=a.seconds, drain_timeout_s=0, stall_timeout_s=30),
-            MeasurementPolicy(ci_target=0.0)))
+            MeasurementPolicy(ci_target=0.0), engine=engines.get("sim")))
         wall = time.monotonic() - t0
         server_cpu, client_cpu = tree_cpu(srv.pid) - cpu0, time.process_time() - me0
         r = m.result

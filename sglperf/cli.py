@@ -62,10 +62,10 @@ def launch_cmd(args) -> int:
         return 2
     out = {c.name: prof.launch_argv(c.name, model_path=args.model_path) for c in prof.configs}
     print(json.dumps(out, indent=2))
-    if prof.engine == "sglang":
-        for name, argv in out.items():
-            for problem in profiles.check_sglang_flags(argv):
-                print(f"warning: {name}: {problem}", file=sys.stderr)
+    for c in prof.configs:
+        check = prof.adapter().check_flags(prof.launch_argv(c.name, model_path=args.model_path, resolve=False))
+        for problem in check.problems:
+            print(f"warning: {c.name}: {problem} (checked with {check.source})", file=sys.stderr)
     return 0
 
 

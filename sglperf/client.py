@@ -18,20 +18,27 @@ import aiohttp
 import numpy as np
 
 from .records import RequestRecord
+from .wire import NATIVE, Wire, by_name
 
 
 @dataclass(frozen=True)
 class Target:
+    """Where and how to send: the wire format and connection policy come from the engine adapter."""
+
     url: str  # base URL, e.g. http://127.0.0.1:30000
-    api: str = "sglang"  # "sglang" (native /generate) | "openai" (/v1/completions)
+    wire: Wire = NATIVE
     api_key: str | None = None
     model: str | None = None  # OpenAI "model" field
-    new_connection_per_request: bool = False  # llama.cpp closes the socket after every stream
+    new_connection_per_request: bool = False  # e.g. llama.cpp closes the socket after every stream
     continuous_usage: bool = True  # ask OpenAI servers for usage on every chunk (exact token counts)
 
+    @classmethod
+    def for_engine(cls, url: str, engine, *, api: str | None = None, **kw) -> "Target":
+        """The target an adapter describes; `api` names another wire where the engine speaks several."""
+        return cls(url, wire=by_name(api) if api else engine.wire,
+                   new_connection_per_request=engine.new_connection_per_request, **kw)
+
     def __post_init__(self) -> None:
-        if self.api not in ("sglang", "openai"):
-            raise ValueError(f"api must be 'sglang' or 'openai', got {self.api!r}")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"server URL must start with http:// or https://, got {self.url!r}")
 
@@ -168,18 +175,8 @@ class LoadGenerator:
         self._next_index += 1
         w, tg = self.workload, self.target
         ids = w.prompt_ids(self.stream_id, index)
-        if tg.api == "sglang":
-            url = tg.url.rstrip("/") + "/generate"
-            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": w.osl, "ignore_eos": w.ignore_eos,
-                                                           "temperature": w.temperature}, "stream": True}
-        else:
-            url = tg.url.rstrip("/") + "/v1/completions"
-            body = {"prompt": ids, "max_tokens": w.osl, "stream": True, "ignore_eos": w.ignore_eos,
-                    "temperature": w.temperature}
-            if tg.model:
-                body["model"] = tg.model
-            if tg.continuous_usage:
-                body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        url = tg.url.rstrip("/") + tg.wire.path
+        body = tg.wire.body(ids, w, tg.model, tg.continuous_usage)
         body.update(w.extra_body)
         payload = json.dumps(body).encode()
         p = _Progress(index, self.clock(), len(ids), w.osl)
@@ -202,7 +199,7 @@ class LoadGenerator:
 
     async def _stream(self, url: str, payload: bytes, p: _Progress) -> None:
         assert self._session is not None, "use LoadGenerator as an async context manager"
-        native = self.target.api == "sglang"
+        wire = self.target.wire
         async with self._session.post(url, data=payload, headers=self.target.headers()) as resp:
             p.status = resp.status
             if resp.status != 200:
@@ -231,7 +228,7 @@ class LoadGenerator:
                 if "error" in obj:
                     p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
                     continue
-                prev = self._native_chunk(obj, p, prev, now) if native else self._openai_chunk(obj, p, prev, now)
+                prev = wire.chunk(obj, p, prev, now, self._add)
             if p.error is None and p.finish is None:
                 p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
             n = sum(p.tokens)
@@ -244,38 +241,3 @@ class LoadGenerator:
             p.times.append(now)
             p.tokens.append(delta)
             self.last_chunk_time = now
-
-    def _native_chunk(self, obj: dict, p: _Progress, prev: int, now: float) -> int:
-        meta = obj.get("meta_info") or {}
-        ct = meta.get("completion_tokens")
-        if ct is None:
-            ct = len(obj.get("output_ids") or [])
-        self._add(p, now, ct - prev)
-        fr = meta.get("finish_reason")
-        if fr:
-            kind = fr.get("type") if isinstance(fr, dict) else str(fr)
-            p.finish = kind
-            p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
-            if kind == "abort":
-                p.fail("abort", f"finish_reason abort: {json.dumps(fr)[:300]}")
-        return max(prev, ct)
-
-    def _openai_chunk(self, obj: dict, p: _Progress, prev: int, now: float) -> int:
-        usage = obj.get("usage") or {}
-        choices = obj.get("choices") or []
-        ct = usage.get("completion_tokens")
-        count = prev
-        for ch in choices:
-            if ch.get("text") and ct is None:
-                count += 1  # servers without per-chunk usage (llama.cpp) send one token per chunk
-            fr = ch.get("finish_reason")
-            if fr:
-                p.finish = fr
-                if fr == "abort":
-                    p.fail("abort", "finish_reason abort")
-        if ct is not None:
-            count = ct
-            p.server_completion = ct
-            p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
-        self._add(p, now, count - prev)
-        return max(prev, count)

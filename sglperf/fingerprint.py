@@ -16,6 +16,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+from .categories import UsageError
+
 # Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
 PACKAGES = {
     "sglang": ["sglang"],
@@ -26,7 +28,8 @@ PACKAGES = {
     "transformers": ["transformers"],
     "llama_cpp_python": ["llama-cpp-python"],
 }
-GPU_FIELDS = "name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current"
+GPU_FIELDS = "index,name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current"
+GPU_KEYS = ["index", "name", "memory_mib", "driver", "max_sm_clock_mhz", "power_limit_w", "ecc", "mig"]
 EDITION = re.compile(r"\s+(Server|Workstation|Max-Q Workstation)\s+Edition$", re.I)
 
 
@@ -46,13 +49,32 @@ def gpus() -> list[dict]:
         return []
     if out.returncode != 0:
         return []
+    return parse_gpu_rows(out.stdout)
+
+
+def parse_gpu_rows(text: str) -> list[dict]:
+    """nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits, one dict per GPU."""
     rows = []
-    for line in out.stdout.strip().splitlines():
+    for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 7:
-            rows.append(dict(zip(["name", "memory_mib", "driver", "max_sm_clock_mhz", "power_limit_w", "ecc",
-                                  "mig"], parts)))
+        if len(parts) == len(GPU_KEYS):
+            rows.append(dict(zip(GPU_KEYS, parts)))
     return rows
+
+
+def visible(rows: list[dict], env: dict | None = None) -> list[dict]:
+    """The GPUs a process started with `env` sees: CUDA_VISIBLE_DEVICES (indices or UUID prefixes) filters them."""
+    env = os.environ if env is None else env
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return rows
+    wanted = [x.strip() for x in spec.split(",") if x.strip()]
+    return [r for r in rows if r.get("index") in wanted]
+
+
+def gpu_class(rows: list[dict]) -> str:
+    names = {gpu_model(g["name"]) for g in rows}
+    return f"{len(rows)} x {' + '.join(sorted(names))}"
 
 
 def cuda_version() -> str | None:
@@ -90,7 +112,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def args_hash(argv: list[str]) -> str:
-    """sha256 of the launch argv without host/port/api key (those change run to run)."""
+    """sha256 of the launch command as the profile writes it: placeholders ({python}, {llama_server}, …) unresolved,
+    without host/port/api key. So the same config hashes the same in every checkout, venv and cache."""
     skip, kept = False, []
     for a in argv:
         if skip:
@@ -99,20 +122,10 @@ def args_hash(argv: list[str]) -> str:
         if a in ("--host", "--port", "--api-key"):
             skip = True
             continue
+        if a.startswith(("--host=", "--port=", "--api-key=")):
+            continue
         kept.append(a)
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
-
-
-def hardware_class(engine: str, server_info: dict | None, gpu_rows: list[dict]) -> str:
-    if engine == "sim":
-        sim = (server_info or {}).get("sglperf_simulator") or {}
-        return f"sim:{sim.get('preset', 'unknown')}"
-    if engine == "llamacpp":
-        return f"cpu:{cpu_model()} x {os.cpu_count()}"
-    if not gpu_rows:
-        return "no-gpu"
-    names = {gpu_model(g["name"]) for g in gpu_rows}
-    return f"{len(gpu_rows)} x {' + '.join(sorted(names))}"
 
 
 def cpu_model() -> str:
@@ -125,31 +138,48 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def collect(engine: str, server_info: dict | None, argv: list[str], model_path: str | None,
-            overrides: dict | None = None) -> dict:
-    """The run's fingerprint. `overrides` (tests, or SGLPERF_FINGERPRINT_OVERRIDES as JSON) replace fields."""
-    rows = gpus()
+class FingerprintError(UsageError):
+    pass
+
+
+def overrides_from_env() -> dict:
+    """SGLPERF_FINGERPRINT_OVERRIDES: a JSON object whose fields replace measured ones (tests, what-if runs)."""
+    text = os.environ.get("SGLPERF_FINGERPRINT_OVERRIDES")
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FingerprintError(f"SGLPERF_FINGERPRINT_OVERRIDES is not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise FingerprintError("SGLPERF_FINGERPRINT_OVERRIDES must be a JSON object of fingerprint fields")
+    return obj
+
+
+def collect(engine, server_info: dict | None, argv_template: list[str], model_path: str | None,
+            server_env: dict | None = None, overrides: dict | None = None) -> dict:
+    """The run's fingerprint. `engine` is the adapter (it says which hardware the server runs on); `argv_template`
+    is the launch command as the profile writes it (hashed); `server_env` is what the server was started with."""
+    rows = visible(gpus(), {**os.environ, **(server_env or {})})
     first = rows[0] if rows else {}
     info = server_info or {}
     fp = {
-        "hardware_class": hardware_class(engine, info, rows),
+        "hardware_class": engine.hardware_class(info, argv_template, rows),
         "gpu_name": first.get("name"), "gpu_count": len(rows), "gpu_memory_mib": first.get("memory_mib"),
         "gpu_max_sm_clock_mhz": first.get("max_sm_clock_mhz"), "gpu_power_limit_w": first.get("power_limit_w"),
         "gpu_ecc": first.get("ecc"), "gpu_mig": first.get("mig"),
-        "driver": first.get("driver"), "cuda": cuda_version(),
+        "driver": first.get("driver"), "cuda": cuda_version() if rows else None,
         "kernel": platform.release(), "os": os_name(), "python": platform.python_version(),
         "cpu": cpu_model(), "cpu_count": os.cpu_count(),
         **package_versions(),
         "server_version": info.get("version"),
         "model_path": model_path or info.get("model_path"),
         "model_revision": info.get("revision"),
-        "server_args_hash": args_hash(argv),
-        "engine": engine,
+        "server_args_hash": args_hash(argv_template),
+        "engine": engine.name,
         "python_executable": sys.executable,
     }
-    env = os.environ.get("SGLPERF_FINGERPRINT_OVERRIDES")
-    if env:
-        fp.update(json.loads(env))
+    fp.update(overrides_from_env())
     if overrides:
         fp.update(overrides)
     return fp

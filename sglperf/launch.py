@@ -21,13 +21,12 @@ from pathlib import Path
 import psutil
 import requests
 
+from .categories import InfraError
 from .redact import redact_argv
 
 
-class LaunchError(RuntimeError):
+class LaunchError(InfraError):
     """The server did not become ready: an infrastructure failure, with the server's own words attached."""
-
-    category = "infrastructure"
 
     def __init__(self, message: str, *, exit_code: int | None = None, log_path: Path | None = None,
                  log_tail: str = ""):

@@ -71,12 +71,12 @@ class ClientMonitor:
 
 
 async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
-                        stream_id: int = 0, request_timeout: float = 3600.0,
+                        engine, stream_id: int = 0, request_timeout: float = 3600.0,
                         server_check: Callable[[], str | None] | None = None,
                         progress: Callable[[dict], None] | None = None,
                         clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
     stop_load, stop_aux = asyncio.Event(), asyncio.Event()
-    scraper = Scraper(target.url, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
+    scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
     monitor = ClientMonitor(clock)
     aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux))]
     incomplete, note, reason = False, None, "max_seconds"

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .categories import InfraError
+
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays
 N_WORDS = 1021
@@ -26,8 +28,8 @@ CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_US
                "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF"]
 
 
-class BuildError(RuntimeError):
-    category = "infrastructure"
+class BuildError(InfraError):
+    pass
 
 
 def cache_dir() -> Path:

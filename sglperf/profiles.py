@@ -12,6 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import engines
+from .categories import UsageError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -21,10 +24,8 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
 
 
-class ProfileError(ValueError):
-    """A usage error: the profile cannot be used as written."""
-
-    category = "usage"
+class ProfileError(UsageError):
+    """The profile cannot be used as written."""
 
 
 class Strict(BaseModel):
@@ -55,12 +56,11 @@ class ServerSection(Strict):
 class WorkloadSection(Strict):
     isl: int = Field(gt=0)
     osl: int = Field(gt=0)
-    api: Literal["sglang", "openai"] = "sglang"
+    api: Literal["sglang", "openai"] | None = None  # default: what the engine speaks natively
     vocab_low: int = Field(1000, ge=0)
     vocab_high: int = Field(30000, gt=0)
     seed: int = 0
     request_rate: Literal["inf"] = "inf"  # closed loop at each level, as the seed (--request-rate 999)
-    new_connection_per_request: bool = False
 
     @model_validator(mode="after")
     def _range(self):
@@ -82,6 +82,14 @@ class MeasurementSection(Strict):
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
 
 
+class HardwareSection(Strict):
+    """What the profile needs: `gpus` GPUs whose name contains `gpu_kind` (none for CPU engines and the simulator).
+    The preflight checks it; without such GPUs every item skips with the reason."""
+
+    gpus: int = Field(0, ge=0)
+    gpu_kind: str | None = None
+
+
 class ConfigSection(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     args: list[str] = []
@@ -97,8 +105,9 @@ class Profile(Strict):
     schema_version: Literal[1] = 1
     name: str
     description: str = ""
-    engine: Literal["sglang", "sim", "llamacpp"]
+    engine: str
     marker: Literal["gpu8", "sim", "cpu_engine"]
+    hardware: HardwareSection = HardwareSection()
     server: ServerSection
     workload: WorkloadSection
     measurement: MeasurementSection = MeasurementSection()
@@ -106,6 +115,13 @@ class Profile(Strict):
     configs: list[ConfigSection]
     ab: ABSection | None = None
     notes: list[str] = []
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        if v not in engines.NAMES:
+            raise ValueError(f"unknown engine {v!r} (known: {', '.join(engines.NAMES)})")
+        return v
 
     @field_validator("levels")
     @classmethod
@@ -131,31 +147,25 @@ class Profile(Strict):
                 return c
         raise ProfileError(f"profile {self.name!r} has no config {name!r} (it has {[c.name for c in self.configs]})")
 
+    def adapter(self) -> engines.Engine:
+        return engines.get(self.engine)
+
     def model_path(self, override: str | None = None) -> str | None:
         return override or os.environ.get(self.server.model_path_env) or self.server.model_path
 
     def launch_argv(self, config: str, *, model_path: str | None = None, extra: list[str] = (),
-                    api_key: str | None = None) -> list[str]:
-        """The argv of one config, without host and port (the launcher adds them)."""
-        argv = [resolve_placeholder(part) for part in self.server.command]
-        mp = resolve_placeholder(self.model_path(model_path)) if self.model_path(model_path) else None
+                    api_key: str | None = None, resolve: bool = True) -> list[str]:
+        """The argv of one config, without host and port (the launcher adds them). resolve=False keeps the
+        placeholders ({python}, {llama_server}, …) as written: the same in every checkout (fingerprint hash)."""
+        fix = self.adapter().resolve if resolve else (lambda part: part)
+        argv = [fix(part) for part in self.server.command]
+        mp = self.model_path(model_path)
         if mp:
-            argv += [self.server.model_path_flag, mp]
+            argv += [self.server.model_path_flag, fix(mp)]
         argv += list(self.server.args) + list(self.config(config).args) + list(extra)
         if api_key and self.server.api_key_flag:
             argv += [self.server.api_key_flag, api_key]
         return argv
-
-
-def resolve_placeholder(part: str) -> str:
-    """{python}: this interpreter; {llama_server} / {llamacpp_model}: the cached build and model (sglperf.llamacpp)."""
-    if part == "{python}":
-        return sys.executable
-    if part in ("{llama_server}", "{llamacpp_model}"):
-        from . import llamacpp
-
-        return str(llamacpp.server_path() if part == "{llama_server}" else llamacpp.model_path())
-    return part
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -186,29 +196,3 @@ def load(name_or_path: str) -> Profile:
             msg = "unknown key (not part of the profile schema)" if err["type"] == "extra_forbidden" else err["msg"]
             lines.append(f"{path}: {where}: {msg}")
         raise ProfileError("\n".join(lines)) from None
-
-
-SGLANG_FLAGS_FILE = Path(__file__).resolve().parent / "data" / "sglang-0.5.23-flags.txt"
-
-
-def sglang_flags() -> set[str]:
-    return {ln.strip() for ln in SGLANG_FLAGS_FILE.read_text().splitlines() if ln.startswith("--")}
-
-
-def check_sglang_flags(argv: list[str], known: set[str] | None = None) -> list[str]:
-    """Problems SGLang 0.5.23's parser would have with argv: unknown flags, and prefixes it finds ambiguous
-    (argparse allow_abbrev: `--cuda-graph-max-bs` matches two flags and exits 2)."""
-    known = known if known is not None else sglang_flags()
-    problems = []
-    for a in argv:
-        if not a.startswith("--"):
-            continue
-        flag = a.split("=", 1)[0]
-        if flag in known:
-            continue
-        matches = sorted(k for k in known if k.startswith(flag))
-        if len(matches) > 1:
-            problems.append(f"{flag}: ambiguous option, could match {', '.join(matches)} (SGLang exits 2)")
-        elif not matches:
-            problems.append(f"{flag}: not a flag of SGLang 0.5.23 (unrecognized arguments, exit 2)")
-    return problems

@@ -78,7 +78,7 @@ class ServerSample:
 class ClientSample:
     time: float
     cpu_s: float  # this process's CPU time so far
-    loop_lag_s: float  # how late the event loop woke a 10 ms timer
+    loop_lag_s: float  # how late the event loop woke the monitor's 50 ms ticker (level.ClientMonitor)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from sglperf.client import LoadGenerator, Target, Workload
+from sglperf.wire import by_name
 
 
 def chunk(n, finish=None, *, ids=True):
@@ -75,7 +76,7 @@ def one(script, *, status=200, api="sglang", timeout=30.0, delay=0.0):
     async def go():
         runner, url = await serve(script, status, delay)
         try:
-            async with LoadGenerator(Target(url, api=api), Workload(4, 4), request_timeout=timeout) as gen:
+            async with LoadGenerator(Target(url, wire=by_name(api)), Workload(4, 4), request_timeout=timeout) as gen:
                 return await gen.one_request()
         finally:
             await runner.cleanup()
@@ -135,5 +136,5 @@ def test_prompts_are_seeded_distinct_and_exact_length():
 def test_bad_targets_are_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="http://"):
         Target("localhost:30000")
-    with pytest.raises(ValueError, match="api must be"):
-        Target("http://127.0.0.1:1", api="grpc")
+    with pytest.raises(ValueError, match="unknown API 'grpc'"):
+        by_name("grpc")

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from sglperf import engines
 from sglperf.client import Target, Workload
 from sglperf.level import LevelSpec, measure_level
 from sglperf.metrics import MeasurementPolicy
@@ -25,7 +26,8 @@ def ladder(tmp_path_factory):
             out = []
             for i, c in enumerate(LADDER):
                 m = await measure_level(Target(srv.url), Workload(32, 32, seed=i), LevelSpec(concurrency=c,
-                                        max_seconds=40), MeasurementPolicy(ci_target=0.02), stream_id=i)
+                                        max_seconds=40), MeasurementPolicy(ci_target=0.02), engine=engines.get("sim"),
+                                        stream_id=i)
                 out.append(m)
             return out
 

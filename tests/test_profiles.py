@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from sglperf import profiles
+from sglperf.engines import sglang
 
 
 def test_every_shipped_profile_loads():
@@ -35,13 +36,27 @@ def test_launch_cmd_prints_both_configs_of_the_real_target():
 def test_real_target_flags_are_all_sglang_0_5_23_flags():
     prof = profiles.load("glm5-nvfp4-tp8")
     for c in prof.configs:
-        assert profiles.check_sglang_flags(prof.launch_argv(c.name)) == []
+        assert sglang.check_flags(prof.launch_argv(c.name), sglang.vendored_flags()) == []
 
 
 def test_flag_check_catches_what_sglang_0_5_23_refuses():
-    problems = profiles.check_sglang_flags(["--cuda-graph-max-bs", "8", "--no-such-flag"])
+    problems = sglang.check_flags(["--cuda-graph-max-bs", "8", "--no-such-flag"], sglang.vendored_flags())
     assert "ambiguous option" in problems[0] and "--cuda-graph-max-bs-decode" in problems[0]
-    assert "not a flag of SGLang 0.5.23" in problems[1]
+    assert "not a flag of this SGLang" in problems[1]
+
+
+def test_the_adapter_says_which_parser_checked_the_flags():
+    check = profiles.load("glm5-nvfp4-tp8").adapter().check_flags(["sglang", "serve", "--tp-size", "8"])
+    assert check.problems == ()
+    assert check.source in ("the vendored SGLang 0.5.23 flag list",) or check.source.startswith("the installed")
+
+
+def test_the_simulator_profiles_flags_pass_the_simulators_own_parser():
+    for name in ("sim-ci", "sim-seed"):
+        prof = profiles.load(name)
+        for c in prof.configs:
+            check = prof.adapter().check_flags(prof.launch_argv(c.name, resolve=False))
+            assert check.source == "the simulator's parser" and check.problems == (), check
 
 
 def test_the_profile_says_num_continuous_decode_steps_is_a_no_op():
@@ -79,6 +94,19 @@ def test_bad_values_name_the_field(tmp_path):
     bad.write_text(src.read_text().replace("levels = [8, 16, 24, 32, 64, 96]", "levels = [8, -1]"))
     with pytest.raises(profiles.ProfileError, match=r"neg\.toml: levels: .*positive"):
         profiles.load(str(bad))
+
+
+def test_an_unknown_engine_names_the_known_ones(tmp_path):
+    bad = tmp_path / "eng.toml"
+    bad.write_text((profiles.PROFILE_DIR / "sim-ci.toml").read_text().replace('engine = "sim"', 'engine = "vllm2"'))
+    with pytest.raises(profiles.ProfileError, match=r"eng\.toml: engine: .*unknown engine 'vllm2' \(known: sglang, sim"):
+        profiles.load(str(bad))
+
+
+def test_hardware_is_declared_by_the_profile_not_by_its_marker():
+    assert profiles.load("glm5-nvfp4-tp8").hardware.gpus == 8
+    assert profiles.load("glm5-nvfp4-tp8").hardware.gpu_kind == "Blackwell"
+    assert profiles.load("sim-ci").hardware.gpus == 0 and profiles.load("cpu-llamacpp").hardware.gpus == 0
 
 
 def test_unknown_profile_lists_the_available_ones():

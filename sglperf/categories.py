@@ -1,0 +1,58 @@
+"""Failure categories, defined once: the prefix every failure message starts with, and the Allure category that
+matches it. Errors the library raises carry their category, so the pytest layer only translates them.
+
+Why one place: the plugin, the verdicts, the perf tests and the report must agree on the words a reader (and
+Allure's category regexes) sees.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Category(Enum):
+    REGRESSION = ("THROUGHPUT REGRESSION", "Throughput regression")
+    PLATEAU = ("KV PLATEAU VIOLATED", "KV plateau violated")
+    INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
+    INFRA = ("INFRASTRUCTURE", "Infrastructure (server failed to start or died)")
+    USAGE = ("USAGE ERROR", "Usage error")
+
+    @property
+    def prefix(self) -> str:
+        return self.value[0]
+
+    @property
+    def title(self) -> str:
+        return self.value[1]
+
+    def message(self, text: str) -> str:
+        """`text` with this category's prefix (once)."""
+        return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
+
+
+REGRESSION, PLATEAU, INVALID, INFRA, USAGE = (c.prefix for c in Category)
+
+
+class SglperfError(Exception):
+    """An error the suite reports in its own words; `category` says which failure category it is."""
+
+    category: Category = Category.INFRA
+
+    def report(self) -> str:
+        return self.category.message(str(self))
+
+
+class UsageError(SglperfError, ValueError):
+    """The user asked for something that cannot be done as written (a profile, an option, a baseline file)."""
+
+    category = Category.USAGE
+
+
+class InfraError(SglperfError, RuntimeError):
+    """The machinery failed (a server did not start or died, a lock was not released, a build failed)."""
+
+    category = Category.INFRA
+
+
+class Unavailable(SglperfError):
+    """What this needs is not on this machine (e.g. no GPU): the test skips with the reason, it does not fail."""

@@ -1,0 +1,133 @@
+"""What every engine adapter answers, with the defaults of a plain OpenAI-compatible server.
+
+Why adapters: what differs between engines (launch argv, readiness, server info and capacity, cache flush,
+server-side series, connection policy, accepted request shapes, hardware) lives in one class per engine; the
+client, level runner, verdicts, fingerprint, CLI and suite ask the adapter and never which engine it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..records import ServerSample
+from ..verdict import Ceiling
+from ..wire import OPENAI, Wire
+
+
+@dataclass(frozen=True)
+class Series:
+    """One Prometheus sample an engine exposes, read into a canonical ServerSample field."""
+
+    sample: str
+    labels: dict = field(default_factory=dict)
+    combine: str = "sum"  # over label sets (TP/DP ranks, is_streaming): "sum" for counts, "mean" for ratios
+
+
+@dataclass(frozen=True)
+class FlagCheck:
+    """Which parser judged a launch command, and what it found (warnings: the engine itself has the last word)."""
+
+    source: str
+    problems: tuple[str, ...] = ()
+
+
+def auth_headers(api_key: str | None) -> dict:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class Engine:
+    """The defaults: an OpenAI-compatible server we know nothing more about."""
+
+    name = "openai"
+    wire: Wire = OPENAI
+    new_connection_per_request = False  # reuse keep-alive connections
+    ready_path = "/health"
+    info_paths: tuple[str, ...] = ()  # GETs that describe the server, first 200 wins
+    flush_path: str | None = None  # POST that empties prefix caches between levels
+    loads_path: str | None = None  # a JSON load endpoint, scraped where /metrics is off
+    series: dict[str, Series] = {}
+
+    def prepare(self) -> None:
+        """Make what a launch needs (builds, models). Raises InfraError when it cannot."""
+
+    def resolve(self, part: str) -> str:
+        """A profile's placeholder as this machine spells it: "{python}" is this interpreter."""
+        return sys.executable if part == "{python}" else part
+
+    # ------------------------------------------------------------------ talking to a running server
+    def server_info(self, url: str, api_key: str | None, timeout: float = 10.0) -> dict:
+        for path in self.info_paths:
+            try:
+                r = requests.get(url + path, headers=auth_headers(api_key), timeout=timeout)
+                if r.status_code == 200:
+                    obj = r.json()
+                    if isinstance(obj, dict):
+                        return obj
+            except (requests.RequestException, ValueError):
+                continue
+        return {}
+
+    def served_model(self, url: str, api_key: str | None, info: dict, timeout: float = 10.0) -> str | None:
+        """The OpenAI `model` field to send: the first model /v1/models lists."""
+        try:
+            r = requests.get(url + "/v1/models", headers=auth_headers(api_key), timeout=timeout)
+            data = r.json().get("data") if r.status_code == 200 else None
+            return data[0].get("id") if data else None
+        except (requests.RequestException, ValueError, AttributeError, IndexError, TypeError):
+            return None
+
+    def flush(self, url: str, api_key: str | None, timeout: float = 60.0) -> str:
+        if not self.flush_path:
+            return "not supported"
+        try:
+            r = requests.post(url + self.flush_path, params={"timeout": timeout}, headers=auth_headers(api_key),
+                              timeout=timeout + 30)
+            return f"HTTP {r.status_code}"
+        except requests.RequestException as e:
+            return f"failed: {e}"
+
+    def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
+        """The concurrency where throughput must plateau, or None when the server does not say."""
+        return None
+
+    def parse_metrics(self, text: str, t: float) -> ServerSample | None:
+        """One /metrics scrape as a ServerSample; None when none of this engine's series is there."""
+        if not self.series:
+            return None
+        acc: dict[str, list[float]] = {}
+        for fam in text_string_to_metric_families(text):
+            for key, spec in self.series.items():
+                for s in fam.samples:
+                    if s.name == spec.sample and all(s.labels.get(k) == v for k, v in spec.labels.items()):
+                        acc.setdefault(key, []).append(float(s.value))
+        if not acc:
+            return None
+        values = {k: (sum(v) / len(v) if self.series[k].combine == "mean" else sum(v)) for k, v in acc.items()}
+        return ServerSample(time=t, **values)
+
+    def parse_loads(self, obj: dict, t: float) -> ServerSample | None:
+        return None
+
+    # ------------------------------------------------------------------ what it runs on
+    def uses_gpu(self, argv: list[str]) -> bool:
+        return True
+
+    def hardware_class(self, info: dict, argv: list[str], gpu_rows: list[dict]) -> str:
+        """The class a baseline applies to: the GPUs the server uses (model x count), else the CPU."""
+        from ..fingerprint import cpu_model, gpu_class
+
+        if gpu_rows and self.uses_gpu(argv):
+            return gpu_class(gpu_rows)
+        return f"cpu:{cpu_model()} x {os.cpu_count()}"
+
+    def check_flags(self, argv: list[str]) -> FlagCheck:
+        return FlagCheck("not checked (no flag list for this engine)")
+
+    def describe(self) -> dict:
+        return {"engine": self.name, "wire": self.wire.name, "new_connection_per_request":
+                self.new_connection_per_request}

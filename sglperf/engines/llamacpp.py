@@ -1,0 +1,61 @@
+"""llama.cpp's llama-server: /props for slots, llamacpp:* series, OpenAI /v1/completions with token ids and
+ignore_eos, a new connection per stream (it closes the socket after each), on the GPU only with -ngl > 0."""
+
+from __future__ import annotations
+
+from ..categories import InfraError
+from ..verdict import Ceiling
+from ..wire import OPENAI
+from .base import Engine, Series
+
+GPU_LAYER_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
+
+
+class LlamaCpp(Engine):
+    name = "llamacpp"
+    wire = OPENAI
+    new_connection_per_request = True
+    info_paths = ("/props",)
+    series = {
+        "output_tokens_total": Series("llamacpp:tokens_predicted_total"),
+        "running": Series("llamacpp:requests_processing"),
+        "queued": Series("llamacpp:requests_deferred"),
+    }
+
+    def prepare(self) -> None:
+        from .. import llamacpp as build
+
+        try:
+            build.build()
+            build.make_model()
+        except build.BuildError as e:
+            raise InfraError(str(e)) from None
+
+    def resolve(self, part: str) -> str:
+        if part in ("{llama_server}", "{llamacpp_model}"):
+            from .. import llamacpp as build
+
+            return str(build.server_path() if part == "{llama_server}" else build.model_path())
+        return super().resolve(part)
+
+    def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
+        """Each slot decodes one sequence: the slot count is the admission cap that binds. Its KV cells could hold
+        slots x (per-slot context // tokens per request) sequences, so the KV is not what binds."""
+        slots = info.get("total_slots")
+        n_ctx = (info.get("default_generation_settings") or {}).get("n_ctx")
+        if not slots or not n_ctx:
+            return None
+        per = isl + osl
+        kv = int(slots) * (int(n_ctx) // per)
+        return Ceiling(kv, int(slots), int(slots), "cap" if int(slots) < kv else "kv", per)
+
+    def uses_gpu(self, argv: list[str]) -> bool:
+        for i, a in enumerate(argv):
+            flag, _, value = a.partition("=")
+            if flag in GPU_LAYER_FLAGS:
+                value = value or (argv[i + 1] if i + 1 < len(argv) else "0")
+                try:
+                    return int(value) > 0
+                except ValueError:
+                    return value in ("auto", "all")
+        return False  # built for the CPU here; a GPU build offloads only when asked

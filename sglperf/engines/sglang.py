@@ -1,0 +1,101 @@
+"""SGLang (`sglang serve`): /server_info for capacity, /flush_cache between levels, sglang:* series, native
+/generate with token ids and ignore_eos; launch flags checked by the installed SGLang's own parser where it
+imports, else by the vendored 0.5.23 flag list."""
+
+from __future__ import annotations
+
+import argparse
+from importlib import metadata
+from pathlib import Path
+
+from ..records import ServerSample
+from ..verdict import Ceiling, predict_ceiling
+from ..wire import NATIVE
+from .base import Engine, FlagCheck, Series
+
+VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
+
+
+def vendored_flags() -> set[str]:
+    return {ln.strip() for ln in VENDORED_FLAGS.read_text().splitlines() if ln.startswith("--")}
+
+
+def installed_flags() -> tuple[set[str], str] | None:
+    """The flags of the SGLang installed beside sglperf (flags are renamed between versions), or None."""
+    try:
+        from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+    except Exception:  # not installed, or it cannot import on this machine (no CUDA): use the vendored list
+        return None
+    flags = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    return flags, f"the installed sglang {metadata.version('sglang')}'s parser"
+
+
+def check_flags(argv: list[str], known: set[str]) -> list[str]:
+    """Problems SGLang's parser would have with argv: unknown flags, and prefixes it finds ambiguous
+    (argparse allow_abbrev: `--cuda-graph-max-bs` matches two flags in 0.5.23 and exits 2)."""
+    problems = []
+    for a in argv:
+        if not a.startswith("--"):
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in known:
+            continue
+        matches = sorted(k for k in known if k.startswith(flag))
+        if len(matches) > 1:
+            problems.append(f"{flag}: ambiguous option, could match {', '.join(matches)} (SGLang exits 2)")
+        elif not matches:
+            problems.append(f"{flag}: not a flag of this SGLang (unrecognized arguments, exit 2)")
+    return problems
+
+
+class SGLang(Engine):
+    name = "sglang"
+    wire = NATIVE
+    info_paths = ("/server_info", "/get_server_info")
+    flush_path = "/flush_cache"
+    loads_path = "/v1/loads"
+    series = {
+        "decode_tokens_total": Series("sglang:realtime_tokens_total", {"mode": "decode"}),
+        "first_tokens_total": Series("sglang:time_to_first_token_seconds_count"),
+        "running": Series("sglang:num_running_reqs"),
+        "queued": Series("sglang:num_queue_reqs"),
+        "token_usage": Series("sglang:token_usage", combine="mean"),  # a ratio per DP rank: averaged
+        "used_tokens": Series("sglang:num_used_tokens"),
+        "max_total_tokens": Series("sglang:max_total_num_tokens"),
+        "retracted_total": Series("sglang:num_retracted_requests_total"),
+        "gen_throughput": Series("sglang:gen_throughput"),
+    }
+
+    def parse_loads(self, obj: dict, t: float) -> ServerSample | None:
+        loads = obj.get("loads") if isinstance(obj, dict) else None
+        if not loads:
+            return None
+
+        def total(key):
+            vals = [x.get(key) for x in loads if isinstance(x.get(key), (int, float))]
+            return float(sum(vals)) if vals else None
+
+        usage = [x.get("token_usage") for x in loads if isinstance(x.get("token_usage"), (int, float))]
+        return ServerSample(time=t, running=total("num_running_reqs"), queued=total("num_waiting_reqs"),
+                            used_tokens=total("num_used_tokens"), max_total_tokens=total("max_total_num_tokens"),
+                            token_usage=sum(usage) / len(usage) if usage else None,
+                            gen_throughput=total("gen_throughput"))
+
+    def served_model(self, url, api_key, info, timeout=10.0):
+        return info.get("served_model_name") or super().served_model(url, api_key, info, timeout)
+
+    def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
+        total = info.get("max_total_num_tokens")
+        if not total:
+            return None
+        states = info.get("internal_states") or [{}]
+        cap = (states[0] or {}).get("effective_max_running_requests_per_dp") or info.get("max_running_requests")
+        return predict_ceiling(int(total), int(info.get("page_size") or 1), isl, osl, int(cap) if cap else None)
+
+    def check_flags(self, argv: list[str]) -> FlagCheck:
+        found = installed_flags()
+        known, source = found if found else (vendored_flags(), "the vendored SGLang 0.5.23 flag list")
+        return FlagCheck(source, tuple(check_flags(argv, known)))

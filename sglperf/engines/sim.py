@@ -1,0 +1,21 @@
+"""The built-in simulator (`python -m sglperf.sim`): SGLang's surface, so everything of the SGLang adapter holds;
+its hardware is the simulated preset, and its flags are checked by its own parser."""
+
+from __future__ import annotations
+
+from .base import FlagCheck
+from .sglang import SGLang, check_flags
+
+
+class Sim(SGLang):
+    name = "sim"
+
+    def hardware_class(self, info: dict, argv: list[str], gpu_rows: list[dict]) -> str:
+        sim = (info or {}).get("sglperf_simulator") or {}
+        return f"sim:{sim.get('preset', 'unknown')}"
+
+    def check_flags(self, argv: list[str]) -> FlagCheck:
+        from ..sim.args import build_parser
+
+        known = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
+        return FlagCheck("the simulator's parser", tuple(check_flags(argv, known)))
