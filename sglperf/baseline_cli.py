@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import baselines, profiles
-from .results import load_run
+from .rundoc import load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,9 +80,9 @@ def _main(args) -> int:
         return 0
     if args.baseline_cmd == "update":
         run = load_run(args.run)
-        prof = profiles.load(run["profile"])
+        prof = profiles.load(run.profile)
         levels = [int(x) for x in args.levels.split(",")] if args.levels else None
-        if not run.get("hardware_class"):
+        if not run.hardware_class:
             raise baselines.BaselineError(f"{args.run}: the run measured no server (no hardware class)")
         new = baselines.from_run(run, tolerance=args.tolerance or prof.measurement.default_tolerance,
                                  metric=args.metric, configs=args.config, levels=levels, isl=prof.workload.isl,
@@ -90,7 +90,7 @@ def _main(args) -> int:
         if not new.configs:
             raise baselines.BaselineError(f"{args.run}: no valid level matches; invalid levels never become "
                                           f"baselines")
-        _write(_target(args.file, run["profile"], run["hardware_class"]), new, args.dry_run)
+        _write(_target(args.file, run.profile, run.hardware_class), new, args.dry_run)
         return 0
     # calibrate
     paths = list(args.runs)
@@ -106,9 +106,9 @@ def _main(args) -> int:
     runs = [load_run(p) for p in paths]
     if len(runs) < 2:
         raise baselines.BaselineError(f"calibrate needs at least 2 run files, got {len(runs)}")
-    prof = profiles.load(runs[0]["profile"])
+    prof = profiles.load(runs[0].profile)
     new, notes = baselines.calibrate(runs, metric=args.metric, isl=prof.workload.isl, osl=prof.workload.osl,
                                      floor=args.min_tolerance)
     print("\n".join(notes))
-    _write(_target(args.file, runs[0]["profile"], runs[0]["hardware_class"]), new, args.dry_run)
+    _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)
     return 0

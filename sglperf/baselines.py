@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .categories import UsageError
 from .fileio import atomic_write_json, lock_for, read_json
+from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 SCHEMA_VERSION = 1
@@ -22,8 +24,8 @@ METRICS = ("sustained_output_tps", "sustained_total_tps", "whole_run_output_tps"
 Metric = Literal["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps"]
 
 
-class BaselineError(ValueError):
-    category = "usage"
+class BaselineError(UsageError):
+    pass
 
 
 class Entry(BaseModel):
@@ -117,26 +119,27 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def from_run(run: dict, *, tolerance: float, metric: str = "sustained_output_tps", configs: list[str] | None = None,
+def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_tps", configs: list[str] | None = None,
              levels: list[int] | None = None, isl: int, osl: int) -> BaselineFile:
     """A baseline made of a run's valid levels (invalid levels never become baselines)."""
     out: dict[str, dict[str, dict[str, Entry]]] = {}
-    for cname, c in run["configs"].items():
+    for cname, c in run.configs.items():
         if configs and cname not in configs:
             continue
-        for lv, r in c["levels"].items():
+        for lv, r in c.levels.items():
             if levels and int(lv) not in levels:
                 continue
-            if not r.get("valid") or r.get(metric) is None:
+            value = getattr(r, metric)
+            if not r.valid or value is None:
                 continue
             out.setdefault(cname, {})[lv] = {metric: Entry(
-                metric=metric, value=round(float(r[metric]), 2), tolerance=tolerance, noise_cv=None, runs=1,
-                taken_at=run.get("finished") or run.get("started") or now_iso(), source=f"run {run['run_id']}",
-                sglperf_version=run.get("sglperf_version", "?"), fingerprint=run.get("fingerprint") or {},
-                note=(f"95% CI ±{r['sustained_output_tps_ci95']:.1f}" if metric == "sustained_output_tps"
-                      and r.get("sustained_output_tps_ci95") else None))}
-    return BaselineFile(schema_version=SCHEMA_VERSION, profile=run["profile"], hardware_class=run["hardware_class"],
-                        isl=isl, osl=osl, description=f"from run {run['run_id']}", configs=out)
+                metric=metric, value=round(float(value), 2), tolerance=tolerance, noise_cv=None, runs=1,
+                taken_at=run.finished or run.started, source=f"run {run.run_id}",
+                sglperf_version=run.sglperf_version, fingerprint=run.fingerprint or {},
+                note=(f"95% CI ±{r.sustained_output_tps_ci95:.1f}" if metric == "sustained_output_tps"
+                      and r.sustained_output_tps_ci95 else None))}
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=run.profile, hardware_class=run.hardware_class,
+                        isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out)
 
 
 def diff_lines(old: BaselineFile | None, new: BaselineFile) -> list[str]:
@@ -177,12 +180,12 @@ def calibrated_tolerance(values: list[float], *, false_alarm: float = FALSE_ALAR
     return mean, sd / mean, max(floor, min(tol, 0.5))
 
 
-def calibrate(runs: list[dict], *, metric: str = "sustained_output_tps", isl: int, osl: int,
+def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: int, osl: int,
               floor: float = MIN_TOLERANCE) -> tuple[BaselineFile, list[str]]:
     """A baseline from N runs of one profile on one hardware class: mean value, measured CV, derived tolerance.
     Levels invalid in any run are left out (and listed)."""
-    profiles = {r["profile"] for r in runs}
-    classes = {r.get("hardware_class") for r in runs}
+    profiles = {r.profile for r in runs}
+    classes = {r.hardware_class for r in runs}
     if len(profiles) != 1 or len(classes) != 1:
         raise BaselineError(f"calibrate needs runs of one profile on one hardware class; got profiles "
                             f"{sorted(profiles)} and hardware classes {sorted(map(str, classes))}")
@@ -190,10 +193,10 @@ def calibrate(runs: list[dict], *, metric: str = "sustained_output_tps", isl: in
     values: dict[tuple[str, str], list[float]] = {}
     bad: set[tuple[str, str]] = set()
     for r in runs:
-        for cname, c in r["configs"].items():
-            for lv, res in c["levels"].items():
-                if res.get("valid") and res.get(metric) is not None:
-                    values.setdefault((cname, lv), []).append(float(res[metric]))
+        for cname, c in r.configs.items():
+            for lv, res in c.levels.items():
+                if res.valid and getattr(res, metric) is not None:
+                    values.setdefault((cname, lv), []).append(float(getattr(res, metric)))
                 else:
                     bad.add((cname, lv))
     out: dict[str, dict[str, dict[str, Entry]]] = {}
@@ -205,12 +208,12 @@ def calibrate(runs: list[dict], *, metric: str = "sustained_output_tps", isl: in
         mean, cv, tol = calibrated_tolerance(vals, floor=floor)
         out.setdefault(cname, {})[lv] = {metric: Entry(
             metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=len(vals),
-            taken_at=now_iso(), source="runs " + ", ".join(r["run_id"] for r in runs),
-            sglperf_version=last.get("sglperf_version", "?"), fingerprint=last.get("fingerprint") or {},
+            taken_at=now_iso(), source="runs " + ", ".join(r.run_id for r in runs),
+            sglperf_version=last.sglperf_version, fingerprint=last.fingerprint or {},
             note=f"tolerance = max({floor:.0%}, t(0.99, {len(vals) - 1}) x CV x sqrt(1 + 1/{len(vals)}))")}
         notes.append(f"{cname} c{lv}: mean {mean:,.1f}, CV {cv:.2%} over {len(vals)} runs -> tolerance {tol:.2%}")
-    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0]["profile"], hardware_class=runs[0]
-                        ["hardware_class"], isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
+                        .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
                         configs=out), notes
 
 

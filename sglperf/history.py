@@ -11,14 +11,18 @@ import os
 import warnings
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from .categories import UsageError
 from .fileio import lock_for
 from .records import SCHEMA_VERSION
+from .rundoc import HistoryLevel, HistoryRecord, RunDoc, explain
 
 HISTORY_ENV = "SGLPERF_HISTORY"
 
 
-class HistoryError(ValueError):
-    category = "usage"
+class HistoryError(UsageError):
+    pass
 
 
 class TornLineWarning(UserWarning):
@@ -29,33 +33,30 @@ def default_path(reports_dir: Path) -> Path:
     return Path(os.environ.get(HISTORY_ENV) or reports_dir / "history.jsonl")
 
 
-def record_from_run(run: dict) -> dict:
+def record_from_run(run: RunDoc) -> HistoryRecord:
     """The history line of a run: per level the gated numbers, or None when the level was invalid."""
     levels = []
-    for cname, c in run["configs"].items():
-        for lv, r in sorted(c["levels"].items(), key=lambda kv: int(kv[0])):
-            valid = bool(r.get("valid"))
-            levels.append({
-                "config": cname, "level": int(lv), "valid": valid,
-                "invalid_reasons": list(r.get("invalid_reasons") or []),
-                "sustained_output_tps": r.get("sustained_output_tps") if valid else None,
-                "sustained_output_tps_ci95": r.get("sustained_output_tps_ci95") if valid else None,
-                "sustained_total_tps": r.get("sustained_total_tps") if valid else None,
-                "whole_run_output_tps": r.get("whole_run_output_tps") if valid else None,
-                "ttft_p99_ms": (r.get("ttft_ms") or {}).get("p99") if valid else None,
-            })
-    return {"schema_version": SCHEMA_VERSION, "run_id": run["run_id"], "time": run.get("finished") or run["started"],
-            "profile": run["profile"], "engine": run.get("engine"), "hardware_class": run.get("hardware_class"),
-            "complete": bool(run.get("complete")), "status": run.get("status"),
-            "fingerprint": run.get("fingerprint") or {}, "levels": levels}
+    for cname, c in run.configs.items():
+        for lv, r in sorted(c.levels.items(), key=lambda kv: int(kv[0])):
+            ok = bool(r.valid)
+            levels.append(HistoryLevel(
+                config=cname, level=int(lv), valid=ok, invalid_reasons=list(r.invalid_reasons),
+                sustained_output_tps=r.sustained_output_tps if ok else None,
+                sustained_output_tps_ci95=r.sustained_output_tps_ci95 if ok else None,
+                sustained_total_tps=r.sustained_total_tps if ok else None,
+                whole_run_output_tps=r.whole_run_output_tps if ok else None,
+                ttft_p99_ms=r.ttft_ms.p99 if ok else None))
+    return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
+                         engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,
+                         status=run.status, fingerprint=run.fingerprint or {}, levels=levels)
 
 
-def append(path: str | Path, record: dict) -> None:
+def append(path: str | Path, record: HistoryRecord) -> None:
     """Locked append of one line; a torn last line left by a killed writer is closed off first."""
     from .redact import redact
 
     path = Path(path)
-    line = json.dumps(redact(record), separators=(",", ":"), default=str) + "\n"
+    line = json.dumps(redact(record.model_dump(mode="json")), separators=(",", ":")) + "\n"
     with lock_for(path):
         with open(path, "ab") as f:
             if f.tell() > 0:
@@ -69,7 +70,8 @@ def append(path: str | Path, record: dict) -> None:
 
 
 def read(path: str | Path) -> list[dict]:
-    """Every record; a torn line (the trace of a killed run) is skipped with a warning naming it."""
+    """Every record, validated (as plain dicts); a torn line (the trace of a killed run) or a malformed one is
+    skipped with a warning naming file, line and field."""
     path = Path(path)
     if not path.exists():
         raise HistoryError(f"history file {path} does not exist (a suite run creates it; see --history-file)")
@@ -89,7 +91,11 @@ def read(path: str | Path) -> list[dict]:
         if rec.get("schema_version") != SCHEMA_VERSION:
             raise HistoryError(f"{path}:{no}: schema_version {rec.get('schema_version')!r} is not supported "
                                f"(this sglperf reads {SCHEMA_VERSION})")
-        out.append(rec)
+        try:
+            out.append(HistoryRecord.model_validate(rec).model_dump())
+        except ValidationError as e:
+            warnings.warn(f"skipped a malformed record: {explain(e, f'{path}:{no}')}", TornLineWarning,
+                          stacklevel=2)
     return out
 
 

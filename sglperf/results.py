@@ -1,4 +1,5 @@
-"""RunResult: everything one suite run measured, as JSON under reports/runs/, with the raw records beside it.
+"""RunRecorder: the only writer of a run's document (rundoc.RunDoc) under reports/runs/, with the raw records
+beside it.
 
 Why rewritten after every level: a run interrupted mid-way (crash, Ctrl-C, SIGTERM from CI) still leaves a
 readable file, marked incomplete, with every level measured so far.
@@ -13,67 +14,78 @@ import uuid
 from pathlib import Path
 
 from . import __version__
-from .fileio import atomic_write_json, read_json, write_jsonl
-from .records import SCHEMA_VERSION, LevelResult
+from .fileio import atomic_write_json, write_jsonl
+from .records import LevelResult
 from .redact import redact
+from .rundoc import ABDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run  # noqa: F401 (re-export)
+
+CI_VARIABLES = ("GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_WORKFLOW")
 
 
 def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 class RunRecorder:
-    def __init__(self, reports_dir: Path, profile: str, engine: str, options: dict, run_id: str | None = None):
+    def __init__(self, reports_dir: Path, profile: str, engine: str, options: dict, run_id: str | None = None,
+                 notes: list[str] = ()):
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id or new_run_id()
         self.path = self.reports_dir / "runs" / f"{self.run_id}.json"
         self.raw_dir = self.reports_dir / "runs" / self.run_id
-        self.doc = {
-            "schema_version": SCHEMA_VERSION, "kind": "suite", "run_id": self.run_id, "profile": profile,
-            "engine": engine, "sglperf_version": __version__,
-            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "finished": None,
-            "complete": False, "status": "running", "options": options, "fingerprint": None,
-            "hardware_class": None, "configs": {}, "ab": None, "notes": [],
-            "ci": {k: v for k, v in os.environ.items() if k in ("GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SHA",
-                                                                 "GITHUB_REF_NAME", "GITHUB_WORKFLOW")},
-        }
+        self.doc = RunDoc(run_id=self.run_id, profile=profile, engine=engine, sglperf_version=__version__,
+                          started=now_iso(), options=redact(options), notes=list(notes),
+                          ci={k: v for k, v in os.environ.items() if k in CI_VARIABLES})
 
-    def config(self, name: str) -> dict:
-        return self.doc["configs"].setdefault(name, {"levels": {}, "server": None, "ceiling": None,
-                                                     "plateau": None, "problems": []})
+    def config(self, name: str) -> ConfigDoc:
+        return self.doc.config(name)
 
-    def set_server(self, config: str, info: dict) -> None:
-        self.config(config)["server"] = redact(info)
+    def set_fingerprint(self, fingerprint: dict) -> None:
+        self.doc.fingerprint, self.doc.hardware_class = redact(fingerprint), fingerprint["hardware_class"]
+
+    def set_server(self, config: str, server: ServerDoc) -> None:
+        self.config(config).server = ServerDoc.model_validate(redact(server.model_dump()))
+        self.flush()
+
+    def add_problem(self, config: str, text: str) -> None:
+        self.config(config).problems.append(redact(text))
+        self.flush()
+
+    def set_teardown(self, config: str, teardown: dict) -> None:
+        self.config(config).teardown = teardown
+        self.flush()
+
+    def set_plateau(self, config: str, plateau: PlateauDoc) -> None:
+        self.config(config).plateau = plateau
+        self.flush()
+
+    def set_ab(self, ab: ABDoc) -> None:
+        self.doc.ab = ab
         self.flush()
 
     def add_level(self, config: str, level: int, result: LevelResult, records, server_samples, stop_reason: str,
-                  scrape_source: str | None) -> Path:
+                  scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> Path:
         self.raw_dir.mkdir(parents=True, exist_ok=True)
         rec_path = write_jsonl(self.raw_dir / f"{config}-c{level}.records.jsonl.gz",
                                (dataclasses.asdict(r) for r in records))
         samp_path = write_jsonl(self.raw_dir / f"{config}-c{level}.server.jsonl.gz",
                                 (dataclasses.asdict(s) for s in server_samples))
-        self.config(config)["levels"][str(level)] = {
-            **result.to_dict(), "stop_reason": stop_reason, "scrape_source": scrape_source,
-            "records_file": str(rec_path.relative_to(self.reports_dir)),
-            "server_samples_file": str(samp_path.relative_to(self.reports_dir)),
-        }
+        self.config(config).levels[str(level)] = LevelDoc(
+            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms,
+            records_file=str(rec_path.relative_to(self.reports_dir)),
+            server_samples_file=str(samp_path.relative_to(self.reports_dir)))
         self.flush()
         return rec_path
 
     def flush(self) -> None:
-        atomic_write_json(self.path, redact(self.doc))
+        atomic_write_json(self.path, redact(self.doc.model_dump(mode="json")))
 
     def finish(self, status: str, complete: bool) -> Path:
-        self.doc["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        self.doc["status"], self.doc["complete"] = status, complete
+        self.doc.finished = now_iso()
+        self.doc.status, self.doc.complete = status, complete
         self.flush()
         return self.path
-
-
-def load_run(path: str | Path) -> dict:
-    path = Path(path)
-    doc = read_json(path, "run file")
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "configs" not in doc:
-        raise ValueError(f"{path}: not an sglperf run file (schema_version {SCHEMA_VERSION} with 'configs')")
-    return doc

@@ -11,6 +11,8 @@ import pytest
 from sglperf import baselines
 from sglperf.baselines import BaselineError
 
+from .rundocs import result, run_doc
+
 SEED = Path(baselines.BASELINE_DIR) / "glm5-nvfp4-tp8" / "8-x-nvidia-rtx-pro-6000-blackwell.json"
 SIM_CI = Path(baselines.BASELINE_DIR) / "sim-ci" / "sim-ci.json"
 
@@ -31,7 +33,9 @@ def test_the_shipped_seed_baseline_holds_the_articles_numbers_exactly():
 
 
 def test_every_shipped_baseline_validates():
-    for f in baselines.BASELINE_DIR.glob("*/*.json"):
+    files = sorted(baselines.BASELINE_DIR.glob("*/*.json"))
+    assert len(files) >= 4, f"the shipped baselines are missing from {baselines.BASELINE_DIR}: {files}"
+    for f in files:
         baselines.load(f)
 
 
@@ -95,16 +99,13 @@ def test_calibrated_tolerance_keeps_false_alarms_at_or_below_one_percent():
 
 
 def _run(run_id, values, valid=True):
-    return {"schema_version": 1, "run_id": run_id, "profile": "sim-ci", "hardware_class": "sim:ci",
-            "sglperf_version": "0.1.0", "fingerprint": {"driver": "1"}, "finished": "2026-11-29T00:00:00+00:00",
-            "configs": {"rr24-cds4": {"levels": {str(lv): {"valid": valid, "sustained_output_tps": v,
-                                                           "sustained_output_tps_ci95": 1.0}
-                                                 for lv, v in values.items()}}}}
+    return json.loads(run_doc(run_id, {lv: result(lv, valid=valid, value=v) for lv, v in values.items()},
+                              fingerprint={"driver": "1"}).model_dump_json())
 
 
 def test_update_writes_the_diff_and_never_takes_invalid_levels(tmp_path):
-    run = _run("r1", {8: 900.0, 16: 1500.0})
-    run["configs"]["rr24-cds4"]["levels"]["32"] = {"valid": False, "sustained_output_tps": 5.0}
+    run = json.loads(run_doc("r1", {8: result(8, value=900.0), 16: result(16, value=1500.0),
+                                    32: result(32, valid=False, value=5.0)}).model_dump_json())
     (tmp_path / "run.json").write_text(json.dumps(run))
     target = tmp_path / "base.json"
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "update", "--from", str(tmp_path / "run.json"),
@@ -134,6 +135,20 @@ def test_calibrate_from_run_files(tmp_path):
     e = baselines.load(target).configs["rr24-cds4"]["8"]["sustained_output_tps"]
     assert e.runs == 4 and e.value == pytest.approx(1002.5) and e.noise_cv == pytest.approx(0.01708, abs=1e-4)
     assert e.tolerance > baselines.MIN_TOLERANCE
+
+
+def test_a_run_file_of_another_version_or_shape_is_a_clear_error(tmp_path):
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps({"schema_version": 0, "configs": {}}))
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "update", "--from", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "old.json: schema_version: 0 is not supported" in p.stderr
+    doc = _run("r1", {8: 900.0})
+    del doc["configs"]["rr24-cds4"]["levels"]["8"]["valid"]
+    f.write_text(json.dumps(doc))
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "update", "--from", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "old.json: configs.rr24-cds4.levels.8.valid: Field required" in p.stderr
 
 
 def _writer(path, i):

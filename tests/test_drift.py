@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from sglperf import drift, history
+from sglperf.rundoc import HistoryRecord
 
 
 def records(values, fingerprints):
@@ -54,7 +55,7 @@ def test_drift_command_prints_and_writes_json(tmp_path):
     fps = [{"driver": "575.51"}] * 30 + [{"driver": "580.65"}] * 30
     path = tmp_path / "history.jsonl"
     for r in records(step_series(2, 0.08), fps):
-        history.append(path, r)
+        history.append(path, HistoryRecord.model_validate(r))
     out = tmp_path / "drift.json"
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "drift", str(path), "--json", str(out)],
                        capture_output=True, text=True, timeout=120)

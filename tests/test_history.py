@@ -8,19 +8,17 @@ import pytest
 
 from sglperf import history
 
+from .rundocs import result, run_doc
+
 
 def run(run_id, valid=True, value=1000.0):
-    return {"run_id": run_id, "started": "2026-11-29T00:00:00+00:00", "finished": "2026-11-29T00:01:00+00:00",
-            "profile": "sim-ci", "engine": "sim", "hardware_class": "sim:ci", "complete": True, "status": "finished",
-            "fingerprint": {"driver": "575.51"},
-            "configs": {"rr24-cds4": {"levels": {"8": {"valid": valid, "invalid_reasons": [] if valid else ["x"],
-                                                       "sustained_output_tps": value, "ttft_ms": {"p99": 3.0}}}}}}
+    return run_doc(run_id, {8: result(8, valid=valid, value=value)})
 
 
 def test_invalid_levels_are_recorded_as_invalid_never_as_values():
     rec = history.record_from_run(run("a", valid=False, value=123.0))
-    lv = rec["levels"][0]
-    assert lv["valid"] is False and lv["sustained_output_tps"] is None and lv["invalid_reasons"] == ["x"]
+    lv = rec.levels[0]
+    assert lv.valid is False and lv.sustained_output_tps is None and lv.invalid_reasons == ["x"]
 
 
 def test_append_and_read(tmp_path):
@@ -36,7 +34,7 @@ def test_append_and_read(tmp_path):
 def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_append_starts_clean(tmp_path):
     path = tmp_path / "h.jsonl"
     history.append(path, history.record_from_run(run("r0")))
-    full = json.dumps(history.record_from_run(run("r1")))
+    full = history.record_from_run(run("r1")).model_dump_json()
     with open(path, "a") as f:
         f.write(full[: len(full) // 2])  # a run killed mid-write
     with pytest.warns(history.TornLineWarning, match=r"h\.jsonl:2: skipped a torn"):
@@ -45,6 +43,17 @@ def test_a_torn_last_line_is_skipped_with_a_warning_and_the_next_append_starts_c
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         assert [r["run_id"] for r in history.read(path)] == ["r0", "r2"]
+
+
+def test_a_record_missing_a_field_is_skipped_with_a_warning_naming_line_and_field(tmp_path):
+    path = tmp_path / "h.jsonl"
+    history.append(path, history.record_from_run(run("r0")))
+    broken = json.loads(history.record_from_run(run("r1")).model_dump_json())
+    del broken["levels"][0]["config"]
+    with open(path, "a") as f:
+        f.write(json.dumps(broken) + "\n")
+    with pytest.warns(history.TornLineWarning, match=r"h\.jsonl:2: levels\.0\.config: Field required"):
+        assert [r["run_id"] for r in history.read(path)] == ["r0"]
 
 
 def test_a_missing_history_is_a_clear_error(tmp_path):

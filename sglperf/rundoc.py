@@ -1,0 +1,151 @@
+"""The run document and the history record as typed, versioned models: written only through the recorder
+(results.RunRecorder), validated by every reader, so a file from another version or a hand-edited one is a clear
+error naming file and field, never a KeyError three modules later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from .categories import UsageError
+from .fileio import read_json
+from .records import SCHEMA_VERSION, LevelResult
+
+
+class RunFileError(UsageError):
+    pass
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _level_fields() -> dict:
+    hints = typing.get_type_hints(LevelResult)
+    out = {}
+    for f in dataclasses.fields(LevelResult):
+        default = f.default if f.default is not dataclasses.MISSING else ...
+        out[f.name] = (hints[f.name], default)
+    return out
+
+
+# One measured level as the run file stores it: every LevelResult field, plus where its raw data went.
+LevelDoc = create_model(
+    "LevelDoc", __base__=Strict, **_level_fields(),
+    stop_reason=(str, ...), scrape_source=(str | None, None), records_file=(str | None, None),
+    server_samples_file=(str | None, None), epoch_ms=(tuple[int, int] | None, None),
+)
+
+
+class ServerDoc(Strict):
+    url: str
+    argv: list[str]  # redacted
+    log: str | None = None
+    server_info: dict[str, Any] = {}
+    ceiling: dict[str, Any] | None = None
+    engine: dict[str, Any] = {}  # what the adapter says of itself (wire, connection policy)
+    flag_check: dict[str, Any] | None = None  # which parser judged the launch flags, and what it found
+
+
+class PlateauDoc(Strict):
+    passed: bool
+    attributed_to: str | None
+    reference_level: int | None
+    levels: list[int]
+    lines: list[str]
+    problems: list[str]
+    ceiling: dict[str, Any]
+
+
+class ABDoc(Strict):
+    base: str
+    tuned: str
+    passed: bool
+    gains: dict[str, Any]
+    lines: list[str]
+    problems: list[str]
+
+
+class ConfigDoc(Strict):
+    levels: dict[str, LevelDoc] = {}  # type: ignore[valid-type]
+    server: ServerDoc | None = None
+    plateau: PlateauDoc | None = None
+    problems: list[str] = []
+    teardown: dict[str, Any] | None = None
+
+
+class RunDoc(Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["suite"] = "suite"
+    run_id: str
+    profile: str
+    engine: str
+    sglperf_version: str
+    started: str
+    finished: str | None = None
+    complete: bool = False
+    status: Literal["running", "finished", "interrupted"] = "running"
+    options: dict[str, Any] = {}
+    fingerprint: dict[str, Any] | None = None
+    hardware_class: str | None = None
+    configs: dict[str, ConfigDoc] = {}
+    ab: ABDoc | None = None
+    notes: list[str] = []
+    ci: dict[str, str] = {}
+
+    def config(self, name: str) -> ConfigDoc:
+        return self.configs.setdefault(name, ConfigDoc())
+
+
+class HistoryLevel(Strict):
+    config: str
+    level: int
+    valid: bool
+    invalid_reasons: list[str] = []
+    sustained_output_tps: float | None = None
+    sustained_output_tps_ci95: float | None = None
+    sustained_total_tps: float | None = None
+    whole_run_output_tps: float | None = None
+    ttft_p99_ms: float | None = None
+
+
+class HistoryRecord(Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    time: str
+    profile: str
+    engine: str | None = None
+    hardware_class: str | None = None
+    complete: bool
+    status: str | None = None
+    fingerprint: dict[str, Any] = {}
+    levels: list[HistoryLevel]
+
+
+def explain(e: ValidationError, where: str) -> str:
+    lines = []
+    for err in e.errors()[:8]:
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_run(path: str | Path) -> RunDoc:
+    """A run file, validated: another schema version or a malformed file is a RunFileError naming file and field."""
+    path = Path(path)
+    raw = read_json(path, "run file", RunFileError)
+    if not isinstance(raw, dict) or "configs" not in raw:
+        raise RunFileError(f"{path}: not an sglperf run file (an object with 'configs')")
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise RunFileError(f"{path}: schema_version: {raw.get('schema_version')!r} is not supported (this sglperf "
+                           f"reads run files of version {SCHEMA_VERSION})")
+    try:
+        return RunDoc.model_validate(raw)
+    except ValidationError as e:
+        raise RunFileError(explain(e, str(path))) from None
