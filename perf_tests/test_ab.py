@@ -3,8 +3,10 @@ config's cap binds (the seed: +28% at 2048)."""
 
 import pytest
 
-from fixtures.plugin import allure_on
+from fixtures.plugin import allure_on, outcome
 from sglperf import report
+from sglperf.categories import INVALID, REGRESSION
+from sglperf.results import ABDoc
 from sglperf.verdict import check_ab
 
 
@@ -27,23 +29,19 @@ def test_config_ab(perf_profile, perf_session, request):
     res = {c: {lv: perf_session.measurements[(prof.name, c, lv)].result for lv in levels} for c in runs}
     invalid = [f"{c} c{lv}" for c in res for lv, r in res[c].items() if not r.valid]
     if invalid:
-        pytest.fail(f"INVALID MEASUREMENT: cannot judge the A/B, invalid levels: {', '.join(invalid)}", pytrace=False)
+        pytest.fail(f"{INVALID}: cannot judge the A/B, invalid levels: {', '.join(invalid)}", pytrace=False)
     base, tuned = runs[prof.ab.base], runs[prof.ab.tuned]
     if base.ceiling is None or tuned.ceiling is None:
         pytest.skip("A/B needs each config's ceiling from /server_info")
-    cvs = {}
-    bf, _ = base.baseline()
-    for c in (prof.ab.base, prof.ab.tuned):  # run-to-run noise the baseline measured, where calibrated
-        cvs[c] = {lv: e.noise_cv for lv in levels
-                  if bf and (e := bf.entries(c, lv).get("sustained_output_tps")) and e.noise_cv is not None}
+    with outcome():  # a malformed baseline is a usage error, not a traceback
+        cvs = {c: base.noise_cvs(c, levels) for c in (prof.ab.base, prof.ab.tuned)}
     v = check_ab(res[prof.ab.base], res[prof.ab.tuned], base.ceiling, tuned.ceiling,
                  margin=prof.measurement.ab_margin, base_cv=cvs[prof.ab.base], tuned_cv=cvs[prof.ab.tuned])
-    rec = perf_session.recorder(prof)
-    rec.doc["ab"] = {"base": prof.ab.base, "tuned": prof.ab.tuned, "passed": v.passed, "gains": v.gains,
-                     "lines": list(v.lines), "problems": list(v.problems)}
-    rec.flush()
+    perf_session.recorder(prof).set_ab(ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
+                                             gains={str(k): g for k, g in v.gains.items()}, lines=list(v.lines),
+                                             problems=list(v.problems)))
     print("\n".join(v.lines))
     if allure_on(request.config):
         report.attach_text("A/B per level", "\n".join(v.lines + v.problems))
-    assert v.passed, f"THROUGHPUT REGRESSION (A/B): {prof.ab.tuned} vs {prof.ab.base}:\n" + "\n".join(
+    assert v.passed, f"{REGRESSION} (A/B): {prof.ab.tuned} vs {prof.ab.base}:\n" + "\n".join(
         v.lines) + "\n" + "; ".join(v.problems)

@@ -2,20 +2,10 @@
 
 import pytest
 
-from fixtures.plugin import INFRA, INVALID, allure_on, evidence_on_failure
+from fixtures.plugin import allure_on, evidence_on_failure
 from sglperf import fingerprint, report
+from sglperf.categories import INFRA, INVALID
 from sglperf.verdict import check_floor
-
-
-def _level_failure(run, m):
-    """Infrastructure or invalid-measurement failure message, or None when the level can be judged."""
-    r = m.result
-    if r.incomplete:
-        return f"{INFRA}: {run.where} c{r.concurrency}: {r.note}. Server log: {run.log_path}"
-    if not r.valid:
-        return (f"{INVALID}: {run.where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
-                + f". Server log: {run.log_path}")
-    return None
 
 
 def _benchmark_info(m) -> dict:
@@ -28,6 +18,7 @@ def _benchmark_info(m) -> dict:
             "invalid_reasons": list(r.invalid_reasons), "window_s": r.window_s, "completed": r.completed}
 
 
+@pytest.mark.measures
 def test_sustained_throughput_floor(perf_config, level, benchmark, request):
     run = perf_config
     with evidence_on_failure(request, run):
@@ -39,7 +30,7 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             report.measured_parameters(m.result)
             report.attach_level(m)
         bf, path = run.baseline()
-        failure = _level_failure(run, m)
+        failure = run.level_failure(m)
         if failure:
             pytest.fail(failure, pytrace=False)
         if bf is None:

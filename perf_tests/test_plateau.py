@@ -3,8 +3,10 @@
 
 import pytest
 
-from fixtures.plugin import INFRA, INVALID, PLATEAU, allure_on, evidence_on_failure
+from fixtures.plugin import allure_on, evidence_on_failure
 from sglperf import plots, report
+from sglperf.categories import INFRA, INVALID, PLATEAU
+from sglperf.results import PlateauDoc
 from sglperf.verdict import check_plateau
 
 
@@ -14,8 +16,9 @@ def test_kv_plateau(perf_config, perf_session, request):
         report.label_config(run.profile.name, run.name, f"{run.name}: KV plateau")
         report.attach_text("server command line", " ".join(run.server.display_argv) or "(external server)")
         report.attach_json("server_info.json", run.server_info)
-        attach_curve(run, perf_session)
     with evidence_on_failure(request, run):
+        if allure_on(request.config):
+            attach_curve(run, perf_session)
         _check(run, perf_session)
 
 
@@ -54,15 +57,10 @@ def _check(run, perf_session):
             pytest.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: {'; '.join(r.invalid_reasons)}",
                         pytrace=False)
         results[lv] = r
-    bf, _ = run.baseline()
-    cv = {lv: e.noise_cv for lv in results  # run-to-run noise, where the baseline was calibrated
-          if bf and (e := bf.entries(run.name, lv).get("sustained_output_tps")) and e.noise_cv is not None}
-    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band, cv=cv)
-    rec = perf_session.recorder(run.profile)
-    rec.config(run.name)["plateau"] = {"passed": v.passed, "attributed_to": v.attributed_to,
-                                       "reference_level": v.reference_level, "levels": list(v.levels_past),
-                                       "lines": list(v.lines), "problems": list(v.problems),
-                                       "ceiling": run.ceiling.__dict__}
-    rec.flush()
+    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band,
+                      cv=run.noise_cvs(run.name, results))
+    perf_session.recorder(run.profile).set_plateau(run.name, PlateauDoc(
+        passed=v.passed, attributed_to=v.attributed_to, reference_level=v.reference_level, levels=list(v.levels_past),
+        lines=list(v.lines), problems=list(v.problems), ceiling=run.ceiling.__dict__))
     print(v.message)
     assert v.passed, f"{PLATEAU}: {run.where}: " + v.message + f"\nServer log: {run.log_path}"

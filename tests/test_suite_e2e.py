@@ -13,6 +13,12 @@ from .conftest import user_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def outcomes(stdout: str) -> dict[str, int]:
+    """pytest's closing summary ("13 passed, 1 skipped, 2 deselected in 9.1s") as counts."""
+    last = [ln for ln in stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped|deselected|error)", ln)][-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed)", last)}
+
+
 def run_suite(tmp_path, *args, timeout=600):
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-p", "no:randomly", "-q", "-rs",
            "--reports-dir", str(tmp_path / "reports"), *args]
@@ -23,7 +29,8 @@ def run_suite(tmp_path, *args, timeout=600):
 def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8,24,32,64", "--perf-config", "rr24-cds4")
     assert p.returncode == 0, p.stdout[-4000:]
-    assert "4 passed" in p.stdout or "passed" in p.stdout
+    # 4 levels x (floor, health, client vs server) + the plateau; the A/B skips without the other config
+    assert outcomes(p.stdout) == {"passed": 13, "skipped": 1, "deselected": 2}, p.stdout[-2000:]
     runs = list((tmp_path / "reports" / "runs").glob("*.json"))
     doc = json.loads(runs[0].read_text())
     assert doc["complete"] and doc["hardware_class"] == "sim:ci"
@@ -35,6 +42,8 @@ def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
                   "--server-arg=--slowdown=0.85")
     assert p.returncode == 1, p.stdout[-3000:]
     out = p.stdout
+    # the two floors fail; health and client-vs-server pass; the plateau (no level past 48) and the A/B skip
+    assert outcomes(out) == {"failed": 2, "passed": 4, "skipped": 2, "deselected": 2}, out[-2000:]
     assert out.count("THROUGHPUT REGRESSION: sim-ci/rr64-cds8 c") >= 2
     for needle in ["c8", "c16", "floor", "baseline", "sim-ci.json", "server log:"]:
         assert needle in out, needle
@@ -44,7 +53,10 @@ def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
 def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
     p = run_suite(tmp_path, "-m", "gpu8")
     assert p.returncode == 0, p.stdout[-3000:]
-    assert "no NVIDIA GPU here" in p.stdout and " passed" not in p.stdout and "failed" not in p.stdout
+    assert "no NVIDIA GPU here" in p.stdout
+    # both configs x 5 levels x 3 tests, 2 plateaus, the A/B: every one skipped, none passed
+    got = outcomes(p.stdout)
+    assert got["skipped"] == 33 and set(got) == {"skipped", "deselected"}, p.stdout[-2000:]
 
 
 def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):
@@ -53,6 +65,7 @@ def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path,
                     "--noise-cv", "0.01", "--random-seed", "0")
     p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16")
     assert p.returncode == 0, p.stdout[-3000:]
+    assert outcomes(p.stdout)["passed"] == 6 and "failed" not in outcomes(p.stdout), p.stdout[-2000:]
     doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
     assert list(doc["configs"]) == ["rr24-cds4"] and doc["configs"]["rr24-cds4"]["server"]["url"] == srv.url
     assert srv.proc.poll() is None, "--server-url must not stop a server it did not start"
@@ -68,6 +81,7 @@ def test_unknown_profile_is_a_usage_error(tmp_path):
 def test_xdist_keeps_all_perf_items_on_one_worker(tmp_path, xdist):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8,16", "--perf-config", "rr24-cds4", *xdist)
     assert p.returncode == 0, p.stdout[-3000:]
+    assert outcomes(p.stdout)["passed"] == 6, p.stdout[-2000:]
     logs = list((tmp_path / "reports" / "servers").glob("*.log"))
     assert len(logs) == 1, f"one server for one config, whatever the workers: {logs}"
 

@@ -1,0 +1,414 @@
+"""The run's orchestration without pytest: profiles, levels and configs to run, one server per config (launched,
+probed, fingerprinted, torn down), the measurement cache shared by a level's tests, recording, history, candidate
+baselines and the Allure side files. Raises sglperf errors (categories.py); the pytest layer only translates them.
+
+Why here: everything a run does must be testable and reusable without pytest, and every started server and every
+lock must be released on every path, which is easiest to see in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from . import baselines, engines, fingerprint, history, profiles, report
+from . import launch as launcher
+from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
+from .client import Target, Workload
+from .level import LevelMeasurement, LevelSpec, measure_level
+from .metrics import MeasurementPolicy
+from .redact import api_key_from_env, redact
+from .results import RunRecorder, ServerDoc
+from .verdict import Ceiling
+
+DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What the user asked for (pytest options or any other front end), validated on construction."""
+
+    reports_dir: Path
+    profiles: tuple[str, ...] = ()
+    server_url: str | None = None
+    server_args: tuple[str, ...] = ()
+    model_path: str | None = None
+    levels: tuple[int, ...] = ()  # empty: the profile's
+    perf_configs: tuple[str, ...] = ()
+    baseline_file: str | None = None
+    update_baselines: bool = False
+    ci_target: float | None = None
+    level_max_seconds: float | None = None
+    history_file: str | None = None
+    launch_timeout: float | None = None
+    gpu_lock_timeout: float = 7200.0
+    allure_dir: Path | None = None
+
+    @staticmethod
+    def parse_levels(text: str | None) -> tuple[int, ...]:
+        if not text:
+            return ()
+        try:
+            lv = sorted({int(x) for x in text.split(",") if x.strip()})
+        except ValueError:
+            raise UsageError(f"--levels must be comma-separated integers, got {text!r}") from None
+        if not lv or lv[0] < 1:
+            raise UsageError(f"--levels must be positive integers, got {text!r}")
+        return tuple(lv)
+
+    def recorded(self) -> dict:
+        """The options a run file keeps (redacted)."""
+        return redact({"--server-url": self.server_url, "--server-arg": list(self.server_args),
+                       "--model-path": self.model_path, "--levels": list(self.levels) or None,
+                       "--perf-config": list(self.perf_configs) or None, "--baseline-file": self.baseline_file,
+                       "--ci-target": self.ci_target, "--level-max-seconds": self.level_max_seconds})
+
+
+def gpu_preflight(hw: profiles.HardwareSection) -> None:
+    """The GPUs a profile needs: absent -> Unavailable (skip with the reason); present but wrong or busy -> fail."""
+    want = f"{hw.gpus} {hw.gpu_kind or 'NVIDIA'} GPU{'s' if hw.gpus != 1 else ''}"
+    if not shutil.which("nvidia-smi"):
+        raise Unavailable(f"no NVIDIA GPU here (nvidia-smi not found): this profile needs {want}; run "
+                          f"`pytest perf_tests -m sim` for the simulator")
+    rows = fingerprint.visible(fingerprint.gpus())
+    if not rows:
+        raise Unavailable(f"nvidia-smi found but it lists no GPU: this profile needs {want}")
+    names = sorted({r["name"] for r in rows})
+    kind = (hw.gpu_kind or "").lower()
+    if len(rows) < hw.gpus or not all(kind in r["name"].lower() for r in rows):
+        raise InfraError(f"this profile needs {want}; this machine shows {len(rows)}: {names}")
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    if out:
+        raise InfraError(f"foreign processes hold GPU memory, measurements would be wrong:\n{out}")
+
+
+@dataclass
+class ConfigRun:
+    """One config's server for the session, and what the suite learned of it."""
+
+    suite: "Suite"
+    profile: profiles.Profile
+    name: str
+    engine: engines.Engine
+    server: launcher.Server
+    target: Target
+    workload: Workload
+    server_info: dict
+    ceiling: Ceiling | None
+    fingerprint: dict
+    lock: FileLock | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.profile.name}/{self.name}"
+
+    @property
+    def log_path(self) -> str | None:
+        return str(self.server.log_path) if self.server.log_path else None
+
+    @property
+    def hardware_class(self) -> str:
+        return self.fingerprint["hardware_class"]
+
+    def measure(self, level: int) -> LevelMeasurement:
+        """The level's measurement, taken once and shared by every test of that level."""
+        return self.suite.measure(self, level)
+
+    def baseline(self):
+        return self.suite.baseline(self)
+
+    def level_failure(self, m: LevelMeasurement) -> str | None:
+        """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
+        r = m.result
+        if r.incomplete:
+            return f"{INFRA}: {self.where} c{r.concurrency}: {r.note}. Server log: {self.log_path}"
+        if not r.valid:
+            return (f"{INVALID}: {self.where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
+                    + f". Server log: {self.log_path}")
+        return None
+
+    def noise_cvs(self, config: str, levels) -> dict[int, float]:
+        """Run-to-run CVs the baseline measured for `config`, where it was calibrated."""
+        bf, _ = self.baseline()
+        out = {}
+        for lv in levels:
+            e = bf.entries(config, lv).get("sustained_output_tps") if bf else None
+            if e is not None and e.noise_cv is not None:
+                out[lv] = e.noise_cv
+        return out
+
+
+class Suite:
+    def __init__(self, opts: SuiteOptions):
+        self.opts = opts
+        self._profiles: dict[str, profiles.Profile] = {}
+        self.measurements: dict[tuple[str, str, int], LevelMeasurement] = {}
+        self.recorders: dict[str, RunRecorder] = {}
+        self.runs: dict[tuple[str, str], ConfigRun] = {}
+        self.candidates: list[str] = []
+        self.history_path: Path | None = None
+        self.interrupted = False
+        self.late_problems: list[str] = []
+
+    # ------------------------------------------------------------------ what to run
+    def profile_names(self) -> list[str]:
+        if self.opts.profiles:
+            return list(self.opts.profiles)
+        return [n for n in DEFAULT_PROFILE_FOR_MARKER.values() if n in profiles.available()]
+
+    def profile(self, name: str) -> profiles.Profile:
+        if name not in self._profiles:
+            self._profiles[name] = profiles.load(name)
+        return self._profiles[name]
+
+    def levels(self, profile: profiles.Profile) -> list[int]:
+        return list(self.opts.levels) or profile.levels
+
+    def configs(self, profile: profiles.Profile) -> list[str]:
+        names = [c.name for c in profile.configs]
+        if self.opts.perf_configs:
+            unknown = set(self.opts.perf_configs) - set(names)
+            if unknown and len(self.profile_names()) == 1:
+                raise UsageError(f"--perf-config {sorted(unknown)} not in profile {profile.name!r} (configs: {names})")
+            names = [n for n in names if n in self.opts.perf_configs]
+        if self.opts.server_url:
+            names = names[:1]  # a running server is one config
+        return names
+
+    def policy(self, profile: profiles.Profile) -> MeasurementPolicy:
+        m = profile.measurement
+        return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, steady_state_ratio=m.steady_state_ratio)
+
+    def recorder(self, profile: profiles.Profile) -> RunRecorder:
+        if profile.name not in self.recorders:
+            self.recorders[profile.name] = RunRecorder(self.opts.reports_dir, profile.name, profile.engine,
+                                                       self.opts.recorded(),
+                                                       notes=list(profile.notes) + list(profile.server.notes))
+        return self.recorders[profile.name]
+
+    def check_reports_dir(self) -> None:
+        d = self.opts.reports_dir
+        try:
+            (d / "runs").mkdir(parents=True, exist_ok=True)
+            probe = d / "runs" / f".write-probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"the reports directory {d} is not writable ({e.strerror or e}); choose another with "
+                             f"--reports-dir") from None
+
+    # ------------------------------------------------------------------ servers
+    def _gpu_lock(self) -> FileLock:
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_") or "none"
+        lock_dir = self.opts.reports_dir / ".locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(lock_dir / f"gpu-set-{devices}.lock"))
+
+    def open_config(self, pname: str, cname: str) -> ConfigRun:
+        """Launch (or reach) the config's server and learn what the suite needs of it. Whatever fails after the
+        launch, the server is stopped and the GPU lock released before the error goes up."""
+        prof = self.profile(pname)
+        engine = prof.adapter()
+        o = self.opts
+        if not o.server_url:
+            if prof.hardware.gpus:
+                gpu_preflight(prof.hardware)
+            engine.prepare()
+        api_key = api_key_from_env()
+        template = prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), resolve=False)
+        rec = self.recorder(prof)
+        if o.server_url:
+            try:
+                server = launcher.external(o.server_url, name=cname)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            lock, template, flags = None, [], None
+        else:
+            flags = engine.check_flags(template)
+            lock = self._gpu_lock()
+            try:
+                lock.acquire(timeout=o.gpu_lock_timeout)
+            except Timeout:
+                raise InfraError(f"another run holds the GPU set ({lock.lock_file}) and did not release it within "
+                                 f"{o.gpu_lock_timeout:g} s") from None
+            spec = launcher.LaunchSpec(
+                name=f"{pname}-{cname}", log_dir=o.reports_dir / "servers", host=prof.server.host,
+                argv=prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), api_key=api_key),
+                env=dict(prof.server.env), launch_timeout_s=o.launch_timeout or prof.server.launch_timeout_s,
+                terminate_timeout_s=prof.server.terminate_timeout_s, secrets=(api_key,) if api_key else ())
+            try:
+                server = launcher.launch(spec)
+            except BaseException as e:
+                lock.release()
+                if isinstance(e, launcher.LaunchError):
+                    rec.add_problem(cname, e.report())
+                raise
+        try:
+            return self._learn(prof, cname, engine, server, template, flags, lock, api_key)
+        except BaseException:
+            server.stop()
+            if lock is not None:
+                lock.release()
+            raise
+
+    def _learn(self, prof, cname, engine, server, template, flags, lock, api_key) -> ConfigRun:
+        info = engine.server_info(server.url, api_key)
+        fp = fingerprint.collect(engine, info, template, prof.model_path(self.opts.model_path),
+                                 server_env=dict(prof.server.env))
+        w = prof.workload
+        target = Target.for_engine(server.url, engine, api=w.api, api_key=api_key,
+                                   model=engine.served_model(server.url, api_key, info))
+        run = ConfigRun(self, prof, cname, engine, server, target,
+                        Workload(w.isl, w.osl, seed=w.seed, vocab_low=w.vocab_low, vocab_high=w.vocab_high),
+                        info, engine.ceiling(info, w.isl, w.osl), fp, lock)
+        rec = self.recorder(prof)
+        rec.set_fingerprint(fp)
+        rec.set_server(cname, ServerDoc(
+            url=server.url, argv=server.display_argv, log=run.log_path, server_info=info,
+            ceiling=run.ceiling.__dict__ if run.ceiling else None, engine=engine.describe(),
+            flag_check={"source": flags.source, "problems": list(flags.problems)} if flags else None))
+        self.runs[(prof.name, cname)] = run
+        return run
+
+    def close_config(self, run: ConfigRun) -> None:
+        try:
+            rep = run.server.stop()
+        finally:
+            if run.lock is not None:
+                run.lock.release()
+        self.recorder(run.profile).set_teardown(run.name, rep.__dict__)
+        if rep.survivors:
+            raise InfraError(f"processes of the server survived teardown: {list(rep.survivors)}")
+
+    # ------------------------------------------------------------------ levels
+    def measure(self, run: ConfigRun, level: int) -> LevelMeasurement:
+        key = (run.profile.name, run.name, level)
+        if key in self.measurements:
+            return self.measurements[key]
+        dead = run.server.crash_reason()
+        if dead:
+            raise InfraError(dead)
+        run.engine.flush(run.server.url, run.target.api_key)
+        m = run.profile.measurement
+        spec = LevelSpec(concurrency=level, max_seconds=self.opts.level_max_seconds or m.level_max_seconds,
+                         min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s)
+        started = time.time()
+        try:
+            meas = asyncio.run(measure_level(run.target, run.workload, spec, self.policy(run.profile),
+                                             engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
+                                             server_check=run.server.crash_reason))
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+        meas.extra["epoch_ms"] = (int(started * 1000), int(time.time() * 1000))
+        self.measurements[key] = meas
+        self.recorder(run.profile).add_level(run.name, level, meas.result, meas.records, meas.server_samples,
+                                             meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
+        if meas.stop_reason == "interrupted":
+            self.interrupted = True
+            raise KeyboardInterrupt(f"interrupted during {run.where} c{level}; its partial result is saved, "
+                                    f"marked incomplete")
+        return meas
+
+    def baseline(self, run: ConfigRun):
+        """(BaselineFile, path), or (None, path) when there is none for this hardware class."""
+        explicit = self.opts.baseline_file
+        path = Path(explicit) if explicit else baselines.default_path(run.profile.name, run.hardware_class)
+        if not path.exists():
+            if explicit:
+                raise UsageError(f"--baseline-file {path} does not exist")
+            return None, path
+        bf = baselines.load(path)
+        baselines.check_hardware(bf, path, run.hardware_class)
+        return bf, path
+
+    # ------------------------------------------------------------------ the end of a run
+    def finish(self, interrupted: bool) -> None:
+        """Close every run file, append history, write the Allure side files and candidates. Each writer runs even
+        when another failed; failures are collected in `late_problems`."""
+        interrupted = interrupted or self.interrupted
+        for rec in self.recorders.values():
+            self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
+            if any(c.levels for c in rec.doc.configs.values()):
+                path = Path(self.opts.history_file or history.default_path(self.opts.reports_dir))
+                self._try(lambda rec=rec, path=path: history.append(path, history.record_from_run(rec.doc)))
+                self.history_path = path
+        if self.opts.allure_dir is not None and self.recorders:
+            self._try(self.write_allure_files)
+        if self.opts.update_baselines and not interrupted:
+            for name, rec in self.recorders.items():
+                self._try(lambda name=name, rec=rec: self.candidates.append(self.write_candidate(name, rec)))
+
+    def _try(self, step) -> None:
+        try:
+            step()
+        except (OSError, UsageError) as e:
+            self.late_problems.append(f"{type(e).__name__}: {e}")
+
+    def write_allure_files(self) -> None:
+        """environment.properties, executor.json, categories.json and the numeric perf metrics, for Allure."""
+        d = self.opts.allure_dir
+        d.mkdir(parents=True, exist_ok=True)
+        fps = [rec.doc.fingerprint for rec in self.recorders.values() if rec.doc.fingerprint]
+        if fps:
+            report.write_environment(d, fps[0])
+        report.write_executor(d)
+        report.write_categories(d)
+        entries = []
+        for (pname, cname, level), m in self.measurements.items():
+            r = m.result
+            if not r.valid:
+                continue  # an invalid level is never a data point
+            start, stop = m.extra.get("epoch_ms", (0, 0))
+            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_p99", r.ttft_ms.p99)):
+                if value is not None:
+                    key = report.metric_key(kind, pname, cname, level)
+                    entries.append({"id": key, "key": key, "value": round(value, 3), "start": start, "stop": stop})
+        report.write_perf_metrics(d, entries)
+
+    def write_candidate(self, profile_name: str, rec: RunRecorder) -> str:
+        """A reviewed baseline is never overwritten: the candidate goes beside it, with the diff printed."""
+        prof = self.profile(profile_name)
+        if not rec.doc.hardware_class:
+            return f"no candidate baseline for {profile_name}: no server was measured"
+        cand = baselines.from_run(rec.doc, tolerance=prof.measurement.default_tolerance, isl=prof.workload.isl,
+                                  osl=prof.workload.osl)
+        if not cand.configs:
+            return f"no candidate baseline for {profile_name}: no valid level to take it from"
+        explicit = self.opts.baseline_file
+        target = Path(explicit) if explicit else baselines.default_path(profile_name, rec.doc.hardware_class)
+        old = baselines.load(target) if target.exists() else None
+        path = baselines.save(baselines.candidate_path(target), cand)
+        diff = "\n".join("    " + ln for ln in baselines.diff_lines(old, cand)) or "    (no change)"
+        return f"candidate baseline: {path}\n  review it, then move it to {target} and commit:\n{diff}"
+
+    def summary_lines(self) -> list[str]:
+        lines = []
+        for rec in self.recorders.values():
+            lines.append(f"run file: {rec.path}" + ("" if rec.doc.complete else "  (INCOMPLETE)"))
+            for cname, c in rec.doc.configs.items():
+                for lv, r in sorted(c.levels.items(), key=lambda kv: int(kv[0])):
+                    lines.append(f"  {rec.doc.profile}/{cname} c{lv}: sustained {_fmt(r.sustained_output_tps)} ± "
+                                 f"{_fmt(r.sustained_output_tps_ci95)} tok/s, whole-run "
+                                 f"{_fmt(r.whole_run_output_tps)}"
+                                 + ("" if r.valid else "  INVALID: " + "; ".join(r.invalid_reasons)))
+        if self.history_path:
+            lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
+        lines += self.candidates
+        lines += [f"could not write: {p}" for p in self.late_problems]
+        return lines
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else format(x, ",.1f")

@@ -1,0 +1,88 @@
+"""The run's orchestration without pytest (sglperf.suite): servers and locks are released on every path, and the
+fingerprint's args hash is the same in every checkout."""
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from filelock import FileLock
+
+from sglperf import launch as launcher
+from sglperf.categories import UsageError
+from sglperf.suite import Suite, SuiteOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return out
+
+
+def test_a_failure_after_launch_stops_the_server_and_frees_the_gpu_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLPERF_FINGERPRINT_OVERRIDES", "{not json")
+    started = []
+    real_launch = launcher.launch
+
+    def launch_and_remember(spec):
+        started.append(real_launch(spec))
+        return started[-1]
+
+    monkeypatch.setattr(launcher, "launch", launch_and_remember)
+    suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", profiles=("sim-ci",), levels=(8,)))
+    with pytest.raises(UsageError, match="SGLPERF_FINGERPRINT_OVERRIDES is not valid JSON"):
+        suite.open_config("sim-ci", "rr24-cds4")
+    [srv] = started
+    assert srv.proc.poll() is not None, "the server was launched and then stopped"
+    assert group_members(srv.pid) == [], "nothing of the server's process group is left"
+    [lock_file] = (tmp_path / "reports" / ".locks").glob("gpu-set-*.lock")
+    lock = FileLock(str(lock_file))
+    lock.acquire(timeout=0)  # raises Timeout if the suite still held it
+    lock.release()
+
+
+def test_a_failure_during_launch_frees_the_gpu_lock(tmp_path):
+    suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", profiles=("sim-ci",),
+                               server_args=("--no-such-flag",)))
+    with pytest.raises(launcher.LaunchError, match="unrecognized arguments: --no-such-flag"):
+        suite.open_config("sim-ci", "rr24-cds4")
+    [lock_file] = (tmp_path / "reports" / ".locks").glob("gpu-set-*.lock")
+    lock = FileLock(str(lock_file))
+    lock.acquire(timeout=0)
+    lock.release()
+
+
+HASH = ("from sglperf import fingerprint, profiles\n"
+        "for name, config in (('sim-ci', 'rr24-cds4'), ('cpu-llamacpp', 'p4'), ('glm5-nvfp4-tp8', 'rr1024-cds4')):\n"
+        "    p = profiles.load(name)\n"
+        "    print(name, fingerprint.args_hash(p.launch_argv(config, resolve=False)), p.launch_argv(config)[0])\n")
+
+
+def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path):
+    outs = []
+    for where in ("a/deep/checkout", "b"):
+        co = tmp_path / where
+        shutil.copytree(ROOT / "sglperf", co / "sglperf", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / "profiles", co / "profiles")
+        (co / "bin").mkdir()
+        (co / "bin" / "python").symlink_to(sys.executable)  # another interpreter path, as in a fresh venv
+        path = os.pathsep.join([str(co), *site.getsitepackages()])  # this checkout first, then the venv's packages
+        env = {**os.environ, "PYTHONPATH": path, "SGLPERF_CACHE": str(co / "cache")}
+        p = subprocess.run([str(co / "bin" / "python"), "-c", HASH], cwd=co, env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        outs.append([line.split() for line in p.stdout.splitlines()])
+    a, b = outs
+    assert [(n, h) for n, h, _ in a] == [(n, h) for n, h, _ in b], "same config, same hash"
+    assert a[0][2] != b[0][2] and a[1][2] != b[1][2], "while the resolved commands differ (interpreter, cache)"
