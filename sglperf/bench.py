@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import aiohttp
 
-from . import __version__
+from . import __version__, engines
 from .client import Target, Workload
 from .fileio import atomic_write_json, write_jsonl
 from .level import LevelMeasurement, LevelSpec, measure_level
@@ -44,7 +44,10 @@ def float_list(text: str) -> list[float]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True, help="base URL of a running server, e.g. http://127.0.0.1:30000")
-    p.add_argument("--api", choices=["sglang", "openai"], default="sglang")
+    p.add_argument("--engine", choices=list(engines.NAMES), default=None,
+                   help="the server's engine (default: detected by probing /server_info, /props, else OpenAI)")
+    p.add_argument("--api", choices=["sglang", "openai"], default=None,
+                   help="wire format (default: the engine's own; SGLang also speaks openai)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--levels", type=int_list, default=None, help="closed-loop concurrencies, e.g. 8,16,32")
     g.add_argument("--rates", type=float_list, default=None, help="open-loop request rates (req/s)")
@@ -101,81 +104,79 @@ def table(results: list[LevelResult]) -> str:
     return "\n".join(rows)
 
 
-async def fetch_json(url: str, api_key: str | None) -> dict | None:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+async def check_server(url: str, engine: engines.Engine) -> None:
+    """Fail fast with a clear message if nothing answers at URL, or it says it is not ready."""
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
-            async with s.get(url, headers=headers) as r:
-                return await r.json() if r.status == 200 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-        return None
-
-
-async def flush_cache(url: str, api_key: str | None, timeout: float = 60.0) -> str:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout + 10)) as s:
-            async with s.post(f"{url.rstrip('/')}/flush_cache?timeout={timeout:g}", headers=headers) as r:
-                return f"{r.status}"
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        return f"failed: {e}"
-
-
-async def check_server(url: str, api_key: str | None) -> None:
-    """Fail fast with a clear message if nothing answers at URL."""
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
-            async with s.get(url.rstrip("/") + "/health") as r:
-                if r.status != 200:
-                    raise SystemExit(f"sglperf bench: {url}/health answered HTTP {r.status}; the server is not ready")
+            async with s.get(url.rstrip("/") + engine.ready_path) as r:
+                if r.status not in (200, 404):  # 404: no health endpoint; the requests will tell
+                    raise SystemExit(f"sglperf bench: {url}{engine.ready_path} answered HTTP {r.status}; the server "
+                                     f"is not ready")
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         raise SystemExit(f"sglperf bench: cannot reach the server at {url!r}: {e}") from None
 
 
-async def run(args: argparse.Namespace) -> tuple[list[LevelMeasurement], dict | None]:
+async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) -> None:
+    """Measure every level into `out` (so an interrupt keeps the finished ones); `ctx` gets what was learned."""
     key = api_key_from_env()
-    await check_server(args.url, key)
+    url = args.url.rstrip("/")
+    engine = engines.get(args.engine) if args.engine else await asyncio.to_thread(engines.detect, url, key)
+    ctx["engine"] = engine.describe() | {"detected": args.engine is None}
+    await check_server(url, engine)
     lo, hi = (int(x) for x in args.vocab_range.split(","))
-    model = args.model
-    if args.api == "openai" and model is None:
-        models = await fetch_json(args.url.rstrip("/") + "/v1/models", key)
-        if models and models.get("data"):
-            model = models["data"][0].get("id")
-    target = Target(args.url, api=args.api, api_key=key, model=model)
+    server_info = await asyncio.to_thread(engine.server_info, url, key)
+    ctx["server_info"] = server_info
+    model = args.model or await asyncio.to_thread(engine.served_model, url, key, server_info)
+    target = Target.for_engine(url, engine, api=args.api, api_key=key, model=model)
+    ctx["engine"]["wire"] = target.wire.name
     workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi)
     policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio)
-    server_info = await fetch_json(args.url.rstrip("/") + "/server_info", key)
     specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
                         stall_timeout_s=args.stall_timeout) for c in (args.levels or [8, 16, 32])]
              if not args.rates else
              [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness,
                         max_seconds=args.max_seconds, min_seconds=args.min_seconds,
                         stall_timeout_s=args.stall_timeout) for r in args.rates])
-    out = []
     for i, spec in enumerate(specs):
         if not args.no_flush:
-            await flush_cache(args.url, key)
-        m = await measure_level(target, workload, spec, policy, stream_id=i, request_timeout=args.request_timeout,
-                                progress=_progress)
+            await asyncio.to_thread(engine.flush, url, key)
+        m = await measure_level(target, workload, spec, policy, engine=engine, stream_id=i,
+                                request_timeout=args.request_timeout, progress=_progress)
         if sys.stderr.isatty():
             print(file=sys.stderr)
+        if m.stop_reason == "interrupted":
+            ctx["interrupted_level"] = spec.label
+            return
         out.append(m)
-    return out, server_info
 
 
 def main(args: argparse.Namespace) -> int:
+    measurements: list[LevelMeasurement] = []
+    ctx: dict = {}
+    interrupted = False
     try:
-        measurements, server_info = asyncio.run(run(args))
+        asyncio.run(run(args, measurements, ctx))
     except ValueError as e:
         print(f"sglperf bench: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        interrupted = True  # the finished levels are still reported and written
+    interrupted = interrupted or "interrupted_level" in ctx
     results = [m.result for m in measurements]
     print(table(results))
+    if ctx.get("engine"):
+        e = ctx["engine"]
+        print(f"engine: {e['engine']} ({'detected' if e.get('detected') else 'as given'}), wire {e['wire']}, "
+              f"{'a new connection per request' if e['new_connection_per_request'] else 'keep-alive connections'}")
+    if interrupted:
+        print(f"interrupted{' during ' + ctx['interrupted_level'] if 'interrupted_level' in ctx else ''}: "
+              f"{len(results)} finished level(s) above", file=sys.stderr)
     if args.json_path:
         doc = {"schema_version": SCHEMA_VERSION, "kind": "bench", "sglperf_version": __version__,
                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "arguments": {k: v for k, v in vars(args).items() if k != "func"},
-               "server_info": server_info, "levels": [r.to_dict() for r in results],
+               "status": "interrupted" if interrupted else "finished",
+               "arguments": {k: v for k, v in vars(args).items() if k != "func"}, "engine": ctx.get("engine"),
+               "server_info": ctx.get("server_info"), "levels": [r.to_dict() for r in results],
                "scrape_source": [m.scrape_source for m in measurements]}
         atomic_write_json(args.json_path, redact(doc))
         print(f"run JSON: {args.json_path}")
@@ -183,5 +184,6 @@ def main(args: argparse.Namespace) -> int:
         write_jsonl(args.records, ({"level": i, **asdict(rec)} for i, m in enumerate(measurements)
                                    for rec in m.records))
         print(f"records: {args.records}")
+    if interrupted:
+        return 130
     return 0 if all(r.valid for r in results) else 1
-

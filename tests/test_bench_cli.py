@@ -2,8 +2,10 @@
 
 import gzip
 import json
+import signal
 import subprocess
 import sys
+import time
 
 
 def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
@@ -17,6 +19,8 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     assert "[c4]" in p.stderr, "live progress lines"
     doc = json.loads(out_json.read_text())
     assert doc["schema_version"] == 1 and doc["arguments"]["levels"] == [4, 16]
+    assert doc["engine"] == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False, "detected": True}
+    assert "engine: sim (detected), wire sglang" in p.stdout
     for lvl in doc["levels"]:
         for key in ["concurrency", "sustained_output_tps", "sustained_output_tps_ci95", "sustained_total_tps",
                     "whole_run_output_tps", "peak_output_tps", "achieved_concurrency", "server_output_tps",
@@ -44,3 +48,28 @@ def test_bench_refuses_bad_input_clearly():
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", "http://127.0.0.1:9"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "cannot reach the server" in p.stderr
+
+
+def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_sim, tmp_path):
+    srv = start_sim("--enable-metrics")
+    out_json = tmp_path / "out.json"
+    # --ci-target 0.0001: no level converges, so each runs its full 20 s and the signal lands inside the second one
+    p = subprocess.Popen([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8,16,24",
+                          "--isl", "32", "--osl", "32", "--ci-target", "0.0001", "--max-seconds", "20",
+                          "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in p.stderr:  # progress lines, one per second; wait for a state, not a duration
+            if line.startswith("[c16]"):
+                break
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        p.kill()
+    assert took < 5, f"Ctrl-C took {took:.1f} s to stop the sweep"
+    assert p.returncode == 130, out + err
+    assert "interrupted during c16: 1 finished level(s) above" in err
+    assert "c8" in out and "c16" not in out.split("sustained = steady-state")[0].split("\n", 2)[-1]
+    doc = json.loads(out_json.read_text())
+    assert doc["status"] == "interrupted" and [lv["concurrency"] for lv in doc["levels"]] == [8]

@@ -3,14 +3,17 @@ and a kill -9 mid-level ending as an infrastructure failure within seconds."""
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 import requests
 
-from sglperf import llamacpp
+from sglperf import engines, llamacpp
 from sglperf.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
 from sglperf.level import LevelSpec, measure_level
@@ -59,7 +62,8 @@ def test_one_word_is_one_token(llama):
 
 def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_next_server_starts(llama):
     srv = llama()
-    target = Target(srv.url, api="openai", new_connection_per_request=True)
+    engine = engines.get("llamacpp")
+    target = Target.for_engine(srv.url, engine)
     work = Workload(32, 32, vocab_low=llamacpp.FIRST_WORD_ID, vocab_high=llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS)
 
     async def run():
@@ -69,7 +73,7 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
 
         k = asyncio.create_task(killer())
         m = await measure_level(target, work, LevelSpec(concurrency=8, max_seconds=60),
-                                MeasurementPolicy(ci_target=0.0001), server_check=srv.crash_reason)
+                                MeasurementPolicy(ci_target=0.0001), engine=engine, server_check=srv.crash_reason)
         await k
         return m
 
@@ -85,3 +89,24 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
         assert requests.get(again.url + "/health").status_code == 200
     finally:
         assert not again.stop().survivors
+
+
+def test_bench_against_llama_server_needs_no_flags_and_gets_no_connection_errors(llama, tmp_path):
+    """The engine is detected from /props, and with it llama.cpp's wire (OpenAI) and connection policy (a new
+    connection per stream: llama-server closes the socket after each)."""
+    srv = llama(8)
+    out_json = tmp_path / "bench.json"
+    try:
+        p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "1,2,4,8,16",
+                            "--isl", "32", "--osl", "32", "--vocab-range", f"{llamacpp.FIRST_WORD_ID},"
+                            f"{llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS}", "--ci-target", "0.05", "--max-seconds", "6",
+                            "--json", str(out_json)], capture_output=True, text=True, timeout=300)
+    finally:
+        assert not srv.stop().survivors
+    doc = json.loads(out_json.read_text())
+    assert doc["engine"] == {"engine": "llamacpp", "wire": "openai", "new_connection_per_request": True,
+                             "detected": True}, p.stdout + p.stderr
+    errors = {lv["concurrency"]: lv["errors"] for lv in doc["levels"]}
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2, 4, 8, 16]
+    assert all(not e.get("connection") for e in errors.values()), errors
+    assert all(lv["completed"] > 0 for lv in doc["levels"])
