@@ -1,0 +1,314 @@
+"""The simulator's live state: the engine driven by the real clock, the requests' streams as the HTTP side sees
+them, and SGLang's Prometheus series.
+
+Why apart from the routes: the state is what the engine loop moves; the routes only read it and write streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import args as sim_args
+from .engine import Engine, EngineConfig, StepResult
+
+log = logging.getLogger("sglang")
+VERSION = "0.5.23-sim"
+
+
+@dataclass
+@dataclass
+class Stream:
+    """One request as the HTTP side sees it: the engine's progress plus an event to wake its writer."""
+
+    rid: str
+    input_len: int
+    max_new_tokens: int
+    base_id: int
+    received: float
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    output_len: int = 0
+    finished: bool = False
+    finish_reason: dict | None = None
+    num_retractions: int = 0
+    first_token_at: float | None = None
+    fault: str | None = None  # "abort" | "error" | "truncate" | "short"
+    fault_at: int = 0
+
+    def output_ids(self, vocab: int, n: int | None = None) -> list[int]:
+        n = self.output_len if n is None else n
+        return [(self.base_id + 7919 * i) % vocab for i in range(n)]
+
+
+def text_of(ids: list[int]) -> str:
+    return "".join(f" t{i}" for i in ids)
+
+
+class Metrics:
+    """sglang:* Prometheus series (facts sheet 2.9) in a registry of the process's own."""
+
+    def __init__(self, model_name: str):
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            disable_created_metrics,
+        )
+
+        disable_created_metrics()  # SGLang runs prometheus in multiprocess mode, which exposes no _created
+
+        self.registry = r = CollectorRegistry()
+        sl = dict(model_name=model_name, engine_type="unified", tp_rank="0", pp_rank="0", moe_ep_rank="0")
+        self.sched_labels = sl
+        tl = dict(model_name=model_name, engine_type="unified")
+        names = list(sl)
+
+        def gauge(name, doc):
+            return Gauge(f"sglang:{name}", doc, names, registry=r, multiprocess_mode="mostrecent").labels(**sl)
+
+        self.num_running_reqs = gauge("num_running_reqs", "The number of running requests.")
+        self.num_queue_reqs = gauge("num_queue_reqs", "The number of requests in the waiting queue.")
+        self.token_usage = gauge("token_usage", "The token usage.")
+        self.gen_throughput = gauge("gen_throughput", "The generation throughput (token/s).")
+        self.num_used_tokens = gauge("num_used_tokens", "The number of used tokens.")
+        self.max_total_num_tokens = gauge("max_total_num_tokens", "Maximum total number of tokens in the KV pool.")
+        self.num_retracted_reqs = gauge("num_retracted_reqs", "The number of retracted requests.")
+        self.realtime_tokens = Counter("sglang:realtime_tokens", "Tokens processed, by mode.", names + ["mode"],
+                                       registry=r)
+        for mode in ("prefill_compute", "prefill_cache", "decode"):
+            self.realtime_tokens.labels(**sl, mode=mode)
+        self.retracted_total = Counter("sglang:num_retracted_requests", "Retracted requests.", names,
+                                       registry=r).labels(**sl)
+        tn = list(tl)
+        self.prompt_tokens = Counter("sglang:prompt_tokens", "Prefill tokens.", tn + ["is_streaming"], registry=r)
+        self.generation_tokens = Counter("sglang:generation_tokens", "Generation tokens.", tn + ["is_streaming"],
+                                         registry=r)
+        self.num_requests = Counter("sglang:num_requests", "Finished requests.", tn + ["is_streaming"], registry=r)
+        self.aborted = Counter("sglang:num_aborted_requests", "Aborted requests.", tn, registry=r).labels(**tl)
+        self.ttft = Histogram("sglang:time_to_first_token_seconds", "TTFT.", tn + ["is_streaming"], registry=r,
+                              buckets=[.001, .005, .01, .02, .05, .1, .25, .5, 1, 2, 5, 10, 20, 40, 80, 160, 640])
+        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "E2E latency.", tn + ["is_streaming"], registry=r,
+                             buckets=[.01, .05, .1, .25, .5, 1, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560])
+        self.tl = tl
+        self.max_total_num_tokens.set(0)
+
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+class SimServer:
+    def __init__(self, res: sim_args.Resolved):
+        self.res = res
+        a = res.args
+        self.args = a
+        self.preset = res.preset
+        self.time_scale = a.time_scale
+        cfg = EngineConfig(
+            max_total_num_tokens=res.max_total_num_tokens, page_size=res.page_size,
+            max_running_requests=res.max_running_requests, chunked_prefill_size=res.chunked_prefill_size,
+            max_prefill_tokens=a.max_prefill_tokens, num_continuous_decode_steps=a.num_continuous_decode_steps,
+            context_len=res.context_len, step_time=self.preset.step_time,
+            init_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
+            min_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
+            max_queued_requests=a.max_queued_requests, slowdown=a.slowdown, noise_cv=a.noise_cv,
+            seed=res.random_seed,
+        )
+        self.engine = Engine(cfg)
+        self.rng = np.random.default_rng(res.random_seed + 1)
+        self.streams: dict[str, Stream] = {}
+        self.status = "Starting"
+        self.shutting_down = False
+        self.hung = False
+        self.ready_at: float | None = None
+        self.wake = asyncio.Event()
+        self.metrics = Metrics(res.served_model_name) if a.enable_metrics else None
+        if self.metrics:
+            self.metrics.max_total_num_tokens.set(res.max_total_num_tokens)
+        self.started = time.time()
+        self._decode_log_tokens = 0
+        self._decode_log_steps = 0
+        self._decode_log_t = time.monotonic()
+        self.last_gen_throughput = 0.0
+        self.last_progress = time.monotonic()
+        self.children: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------------ engine loop
+    async def engine_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            if self.hung:
+                await asyncio.sleep(3600)
+                continue
+            step = self.engine.step()
+            if step is None:
+                self._update_gauges()
+                self.wake.clear()
+                await self.wake.wait()
+                deadline = loop.time()
+                continue
+            deadline += step.duration / self.time_scale
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                deadline = loop.time()  # a late step does not make the next one faster (a GPU cannot catch up)
+                await asyncio.sleep(0)
+            if self.hung:
+                continue
+            self._publish(step)
+
+    def _publish(self, step: StepResult) -> None:
+        self.last_progress = time.monotonic()
+        now = time.time()
+        m = self.metrics
+        for ev in step.events:
+            st = self.streams.get(ev.rid)
+            if st is None:
+                self.engine.forget(ev.rid)
+                continue
+            if st.first_token_at is None:
+                st.first_token_at = now
+                if m:
+                    m.ttft.labels(**m.tl, is_streaming="true").observe(now - st.received)
+            st.output_len = ev.output_len
+            if ev.finished:
+                st.finished = True
+                st.finish_reason = {"type": "length", "length": ev.output_len}
+                req = self.engine.requests.get(ev.rid)
+                st.num_retractions = req.num_retractions if req else 0
+                self.engine.forget(ev.rid)
+                if m:
+                    lab = dict(**m.tl, is_streaming="true")
+                    m.prompt_tokens.labels(**lab).inc(st.input_len)
+                    m.generation_tokens.labels(**lab).inc(ev.output_len)
+                    m.num_requests.labels(**lab).inc()
+                    m.e2e.labels(**lab).observe(now - st.received)
+            st.event.set()
+        if step.retracted:
+            for rid in step.retracted:
+                if rid in self.streams:
+                    self.streams[rid].num_retractions += 1
+            log.warning("KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, "
+                        "#new_token_ratio: %.4f -> %.4f", len(step.retracted), 0, step.new_token_ratio_before,
+                        step.new_token_ratio_after)
+        if m:
+            sl = m.sched_labels
+            if step.kind == "decode":
+                m.realtime_tokens.labels(**sl, mode="decode").inc(step.new_tokens)
+            else:
+                m.realtime_tokens.labels(**sl, mode="prefill_compute").inc(step.new_tokens)
+            if step.retracted:
+                m.retracted_total.inc(len(step.retracted))
+        eng = self.engine
+        if step.kind == "prefill":
+            self._update_gauges()
+            log_sched("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
+                      "#running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False, "
+                      "input throughput (token/s): %.2f", step.batch_size, step.new_tokens, self.token_usage(),
+                      len(eng.running), len(eng.waiting), step.new_tokens / max(step.duration, 1e-9)
+                      * self.time_scale)
+        else:
+            self._decode_log_tokens += step.new_tokens
+            self._decode_log_steps += 1
+            if self._decode_log_steps >= self.args.decode_log_interval:
+                t = time.monotonic()
+                self.last_gen_throughput = self._decode_log_tokens / max(t - self._decode_log_t, 1e-9)
+                self._decode_log_t, self._decode_log_tokens, self._decode_log_steps = t, 0, 0
+                self._update_gauges()
+                log_sched("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: True, "
+                          "gen throughput (token/s): %.2f, #queue-req: %d", len(eng.running), eng.used_tokens,
+                          self.token_usage(), self.last_gen_throughput, len(eng.waiting))
+
+    def token_usage(self) -> float:
+        return self.engine.used_pages * self.res.page_size / self.res.max_total_num_tokens
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        if not m:
+            return
+        eng = self.engine
+        m.num_running_reqs.set(len(eng.running))
+        m.num_queue_reqs.set(len(eng.waiting))
+        m.token_usage.set(self.token_usage())
+        m.num_used_tokens.set(eng.used_pages * self.res.page_size)
+        m.gen_throughput.set(self.last_gen_throughput)
+
+    # ------------------------------------------------------------------ requests
+    def _new_stream(self, input_len: int, max_new: int, rid: str | None = None) -> Stream:
+        rid = rid or uuid.uuid4().hex
+        if rid in self.streams:
+            raise ValueError(f"Duplicate request id: {rid}")
+        st = Stream(rid, input_len, max_new, int(self.rng.integers(0, 1 << 30)), time.time())
+        a = self.args
+        for kind, p in (("error", a.fault_error_rate), ("truncate", a.fault_truncate_rate),
+                        ("short", a.fault_short_rate)):
+            if p > 0 and self.rng.random() < p:
+                st.fault = kind
+                st.fault_at = int(self.rng.integers(1, max(2, max_new)))
+                if kind == "error" and self.rng.random() < 0.5:
+                    st.fault = "abort"
+                break
+        self.engine.add_request(rid, input_len, max_new)
+        self.streams[rid] = st
+        self.wake.set()
+        return st
+
+    def _drop(self, st: Stream) -> None:
+        self.streams.pop(st.rid, None)
+        if not st.finished:
+            self.engine.abort(st.rid)
+            if self.metrics:
+                self.metrics.aborted.inc()
+        self.engine.forget(st.rid)
+
+    async def _events(self, st: Stream):
+        """Yield the stream's progress each time the engine moved it, coalescing like SGLang does."""
+        si = max(1, self.args.stream_interval)
+        sent = 0
+        while True:
+            await st.event.wait()
+            st.event.clear()
+            n = st.output_len
+            if st.fault and n >= st.fault_at:
+                yield st.fault
+                return
+            if n == sent:
+                continue
+            if st.finished or n == 1 or n - sent >= si:
+                sent = n
+                yield None
+            if st.finished:
+                return
+
+    async def wait_done(self, st: Stream) -> str | None:
+        """Non-stream requests: wait until the request finished, or until its injected fault fired (returned)."""
+        async for fault in self._events(st):
+            if fault:
+                return fault
+        return None
+
+    def _meta(self, st: Stream, final: bool) -> dict:
+        meta = {"id": st.rid, "finish_reason": st.finish_reason if final else None, "prompt_tokens": st.input_len,
+                "weight_version": "default", "num_retractions": st.num_retractions, "reasoning_tokens": 0,
+                "completion_tokens": st.output_len, "cached_tokens": 0}
+        if final:
+            meta["e2e_latency"] = time.time() - st.received
+        if self.args.enable_metrics:
+            meta["request_received_ts"] = st.received
+            if st.first_token_at is not None:
+                meta["first_token_latency"] = st.first_token_at - st.received
+        return meta
+
+
+def log_sched(msg: str, *args) -> None:
+    logging.getLogger("sglang.scheduler").info(msg, *args)
