@@ -58,14 +58,8 @@ def test_request_health(perf_config, level, perf_level, request):
             pytest.fail(f"{INFRA}: {run.where} c{level}: {r.note}. Server log: {run.log_path}", pytrace=False)
         bad = [rec for rec in perf_level.records if rec.error]
         examples = "; ".join(f"#{rec.index} {rec.error}: {rec.error_detail}" for rec in bad[:3])
-        assert not r.errors, (f"{INVALID}: {run.where} c{level}: {sum(r.errors.values())} failed requests "
-                              f"{r.errors}: {examples}. Server log: {run.log_path}")
-        wrong_len = [rec for rec in perf_level.records if rec.ok and rec.output_tokens != run.workload.osl]
-        assert not wrong_len, f"{INVALID}: {len(wrong_len)} requests did not generate exactly {run.workload.osl} tokens"
-        wrong_prompt = [rec for rec in perf_level.records if rec.ok and rec.server_prompt_tokens not in
-                        (None, run.workload.isl)]
-        assert not wrong_prompt, (f"{INVALID}: the server counted {wrong_prompt[0].server_prompt_tokens} prompt "
-                                  f"tokens for a {run.workload.isl}-token prompt ({len(wrong_prompt)} requests)")
+        assert not r.errors, (f"{INVALID}: {run.where} c{level}: " + "; ".join(r.invalid_reasons)
+                              + f". First failures: {examples}. Server log: {run.log_path}")
         assert r.valid, f"{INVALID}: {run.where} c{level}: " + "; ".join(r.invalid_reasons)
 
 

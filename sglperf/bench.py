@@ -11,13 +11,14 @@ import datetime as dt
 import sys
 from dataclasses import asdict
 
-import aiohttp
-
 from . import __version__, engines
+from .categories import SglperfError, UsageError
 from .client import Target, Workload
 from .fileio import atomic_write_json, write_jsonl
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
+from .negotiate import negotiate
+from .prompts import FORMATS, Tokenizer
 from .records import SCHEMA_VERSION, LevelResult
 from .redact import api_key_from_env, redact
 
@@ -48,6 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the server's engine (default: detected by probing /server_info, /props, else OpenAI)")
     p.add_argument("--api", choices=["sglang", "openai"], default=None,
                    help="wire format (default: the engine's own; SGLang also speaks openai)")
+    p.add_argument("--prompt-format", choices=list(FORMATS), default="ids",
+                   help="token ids (default), text, or chat (/v1/chat/completions, one user message); text and chat "
+                        "need --tokenizer")
+    p.add_argument("--tokenizer", default=None, help="the model's tokenizer: a tokenizer.json, a directory with one, "
+                   "or a model in the local Hugging Face cache (no downloads)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--levels", type=int_list, default=None, help="closed-loop concurrencies, e.g. 8,16,32")
     g.add_argument("--rates", type=float_list, default=None, help="open-loop request rates (req/s)")
@@ -104,32 +110,28 @@ def table(results: list[LevelResult]) -> str:
     return "\n".join(rows)
 
 
-async def check_server(url: str, engine: engines.Engine) -> None:
-    """Fail fast with a clear message if nothing answers at URL, or it says it is not ready."""
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
-            async with s.get(url.rstrip("/") + engine.ready_path) as r:
-                if r.status not in (200, 404):  # 404: no health endpoint; the requests will tell
-                    raise SystemExit(f"sglperf bench: {url}{engine.ready_path} answered HTTP {r.status}; the server "
-                                     f"is not ready")
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise SystemExit(f"sglperf bench: cannot reach the server at {url!r}: {e}") from None
-
-
 async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) -> None:
     """Measure every level into `out` (so an interrupt keeps the finished ones); `ctx` gets what was learned."""
     key = api_key_from_env()
-    url = args.url.rstrip("/")
+    url = engines.check_url(args.url, "--url")
+    lo, hi = (int(x) for x in args.vocab_range.split(","))
+    workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
+                        prompt_format=args.prompt_format,
+                        tokenizer=Tokenizer(args.tokenizer) if args.tokenizer else None)
     engine = engines.get(args.engine) if args.engine else await asyncio.to_thread(engines.detect, url, key)
     ctx["engine"] = engine.describe() | {"detected": args.engine is None}
-    await check_server(url, engine)
-    lo, hi = (int(x) for x in args.vocab_range.split(","))
+    await asyncio.to_thread(engine.reach, url, key)
     server_info = await asyncio.to_thread(engine.server_info, url, key)
     ctx["server_info"] = server_info
     model = args.model or await asyncio.to_thread(engine.served_model, url, key, server_info)
-    target = Target.for_engine(url, engine, api=args.api, api_key=key, model=model)
+    target = Target.for_engine(url, engine, api=args.api, prompt_format=args.prompt_format, api_key=key, model=model)
+    if engine.negotiates:
+        target, workload, notes = await asyncio.to_thread(negotiate, target, workload)
+        ctx["engine"]["negotiated"] = notes
+        for n in notes:
+            print(f"sglperf bench: {n}", file=sys.stderr)
     ctx["engine"]["wire"] = target.wire.name
-    workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi)
+    ctx["engine"]["prompt_format"] = workload.prompt_format
     policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio)
     specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
                         stall_timeout_s=args.stall_timeout) for c in (args.levels or [8, 16, 32])]
@@ -156,9 +158,9 @@ def main(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         asyncio.run(run(args, measurements, ctx))
-    except ValueError as e:
-        print(f"sglperf bench: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, SglperfError) as e:
+        print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)
+        return 2 if isinstance(e, (ValueError, UsageError)) else 1
     except KeyboardInterrupt:
         interrupted = True  # the finished levels are still reported and written
     interrupted = interrupted or "interrupted_level" in ctx
@@ -166,7 +168,8 @@ def main(args: argparse.Namespace) -> int:
     print(table(results))
     if ctx.get("engine"):
         e = ctx["engine"]
-        print(f"engine: {e['engine']} ({'detected' if e.get('detected') else 'as given'}), wire {e['wire']}, "
+        print(f"engine: {e['engine']} ({'detected' if e.get('detected') else 'as given'}), wire {e.get('wire')}, "
+              f"{e.get('prompt_format', 'ids')} prompts, "
               f"{'a new connection per request' if e['new_connection_per_request'] else 'keep-alive connections'}")
     if interrupted:
         print(f"interrupted{' during ' + ctx['interrupted_level'] if 'interrupted_level' in ctx else ''}: "

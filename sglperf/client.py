@@ -17,8 +17,9 @@ from typing import Callable
 import aiohttp
 import numpy as np
 
+from .prompts import Prompt, PromptMaker, Tokenizer
 from .records import RequestRecord
-from .wire import NATIVE, Wire, by_name
+from .wire import CHAT, FULL, NATIVE, Shape, Wire, by_name
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,15 @@ class Target:
     api_key: str | None = None
     model: str | None = None  # OpenAI "model" field
     new_connection_per_request: bool = False  # e.g. llama.cpp closes the socket after every stream
-    continuous_usage: bool = True  # ask OpenAI servers for usage on every chunk (exact token counts)
+    shape: Shape = FULL  # the optional fields the server accepts
 
     @classmethod
-    def for_engine(cls, url: str, engine, *, api: str | None = None, **kw) -> "Target":
-        """The target an adapter describes; `api` names another wire where the engine speaks several."""
-        return cls(url, wire=by_name(api) if api else engine.wire,
-                   new_connection_per_request=engine.new_connection_per_request, **kw)
+    def for_engine(cls, url: str, engine, *, api: str | None = None, prompt_format: str = "ids", **kw) -> "Target":
+        """The target an adapter describes; `api` names another wire where the engine speaks several, and chat
+        prompts go to the chat endpoint."""
+        wire = CHAT if prompt_format == "chat" else by_name(api) if api else engine.wire
+        return cls(url, wire=wire, new_connection_per_request=engine.new_connection_per_request, shape=engine.shape,
+                   **kw)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -59,15 +62,23 @@ class Workload:
     ignore_eos: bool = True
     temperature: float = 0.0
     extra_body: dict = field(default_factory=dict)
+    prompt_format: str = "ids"  # "ids" | "text" | "chat" (prompts.FORMATS)
+    tokenizer: Tokenizer | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
             raise ValueError(f"isl and osl must be >= 1, got {self.isl}/{self.osl}")
         if not 0 <= self.vocab_low < self.vocab_high:
             raise ValueError(f"bad vocabulary range [{self.vocab_low}, {self.vocab_high})")
+        object.__setattr__(self, "_maker", PromptMaker(self.prompt_format, self.isl, seed=self.seed,
+                                                       low=self.vocab_low, high=self.vocab_high,
+                                                       tokenizer=self.tokenizer))
+
+    def prompt(self, stream: int, index: int) -> Prompt:
+        """Seeded, different for every request, so prefix caching cannot help."""
+        return self._maker.make(stream, index)
 
     def prompt_ids(self, stream: int, index: int) -> list[int]:
-        """Seeded, different for every request, so prefix caching cannot help."""
         rng = np.random.default_rng([self.seed, stream, index])
         return rng.integers(self.vocab_low, self.vocab_high, self.isl).tolist()
 
@@ -84,15 +95,29 @@ class _Progress:
     """Mutable per-request state while the stream is open (the records are immutable)."""
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
-                 "detail", "status", "prompt_tokens", "max_tokens")
+                 "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source")
 
-    def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int):
+    def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
         self.times: list[float] = []
         self.tokens: list[int] = []
         self.server_prompt = self.server_completion = None
         self.finish = self.error = self.detail = self.status = None
         self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
+        self.texts: list[str] | None = [] if keep_text else None  # for re-tokenizing, where the server sends no usage
+        self.count_source = "chunks"
+
+    def reconcile(self, n: int, source: str) -> None:
+        """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
+        streamed text): the difference goes to the last chunks."""
+        diff = n - sum(self.tokens)
+        i = len(self.tokens) - 1
+        while diff and i >= 0:
+            step = diff if diff > 0 else max(diff, -(self.tokens[i] - (1 if i == 0 else 0)))
+            self.tokens[i] += step
+            diff -= step
+            i -= 1
+        self.count_source = source
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -101,10 +126,15 @@ class _Progress:
     def record(self, end: float, cancelled: bool = False) -> RequestRecord:
         return RequestRecord(self.index, self.send, end, self.prompt_tokens, self.max_tokens, tuple(self.times),
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
-                             None if cancelled else self.error, self.detail, self.status, cancelled)
+                             None if cancelled else self.error, self.detail, self.status, cancelled,
+                             self.count_source)
 
 
 class LoadGenerator:
+    # A failed request's worker waits this long before its next one, so a server refusing everything gets at most
+    # 2 x concurrency failing requests per second.
+    FAIL_BACKOFF_S = 0.5
+
     def __init__(self, target: Target, workload: Workload, *, stream_id: int = 0, request_timeout: float = 3600.0,
                  clock: Callable[[], float] = time.monotonic):
         self.target, self.workload, self.stream_id = target, workload, stream_id
@@ -113,6 +143,8 @@ class LoadGenerator:
         self.records: list[RequestRecord] = []
         self.in_flight: dict[int, _Progress] = {}
         self.last_chunk_time: float | None = None
+        self.last_end_time: float | None = None
+        self.connection_retries = 0  # reused keep-alive connections the server had closed: retried, never errors
         self._next_index = 0
         self._session: aiohttp.ClientSession | None = None
 
@@ -138,7 +170,12 @@ class LoadGenerator:
     async def closed_loop(self, concurrency: int, stop: asyncio.Event) -> None:
         async def worker() -> None:
             while not stop.is_set():
-                await self.one_request()
+                rec = await self.one_request()
+                if rec.error:
+                    try:
+                        await asyncio.wait_for(stop.wait(), self.FAIL_BACKOFF_S)
+                    except asyncio.TimeoutError:
+                        pass
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
@@ -174,12 +211,12 @@ class LoadGenerator:
         index = self._next_index
         self._next_index += 1
         w, tg = self.workload, self.target
-        ids = w.prompt_ids(self.stream_id, index)
+        prompt = w.prompt(self.stream_id, index)
         url = tg.url.rstrip("/") + tg.wire.path
-        body = tg.wire.body(ids, w, tg.model, tg.continuous_usage)
+        body = tg.wire.body(prompt, w, tg.model, tg.shape)
         body.update(w.extra_body)
         payload = json.dumps(body).encode()
-        p = _Progress(index, self.clock(), len(ids), w.osl)
+        p = _Progress(index, self.clock(), prompt.tokens, w.osl, keep_text=w.tokenizer is not None)
         self.in_flight[index] = p
         cancelled = False
         try:
@@ -195,16 +232,33 @@ class LoadGenerator:
             rec = p.record(self.clock(), cancelled=cancelled)
             del self.in_flight[index]
             self.records.append(rec)
+            self.last_end_time = rec.end_time
         return rec
 
-    async def _stream(self, url: str, payload: bytes, p: _Progress) -> None:
+    async def _post(self, url: str, payload: bytes):
+        """POST; a reused keep-alive connection that the server had already closed (no response byte came) is
+        retried once on a fresh one: counted, never a measured error."""
         assert self._session is not None, "use LoadGenerator as an async context manager"
+        try:
+            return await self._session.post(url, data=payload, headers=self.target.headers())
+        except aiohttp.ServerDisconnectedError:
+            if self.target.new_connection_per_request:
+                raise
+            self.connection_retries += 1
+            return await self._session.post(url, data=payload, headers=self.target.headers())
+
+    async def _stream(self, url: str, payload: bytes, p: _Progress) -> None:
         wire = self.target.wire
-        async with self._session.post(url, data=payload, headers=self.target.headers()) as resp:
+        async with await self._post(url, payload) as resp:
             p.status = resp.status
             if resp.status != 200:
-                text = (await resp.text(errors="replace"))[:300]
+                text = (await resp.text(errors="replace"))[:300].strip()
                 p.fail("http_status", f"HTTP {resp.status}: {text}")
+                return
+            if resp.content_type != "text/event-stream":
+                head = (await resp.content.read(200)).decode(errors="replace")
+                p.fail("bad_stream", f"HTTP 200 with Content-Type {resp.content_type or '(none)'}, not an SSE stream: "
+                                     f"{head!r}")
                 return
             prev = 0
             done = False
@@ -231,10 +285,18 @@ class LoadGenerator:
                 prev = wire.chunk(obj, p, prev, now, self._add)
             if p.error is None and p.finish is None:
                 p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
+            if p.count_source == "chunks":
+                tok = self.workload.tokenizer
+                if p.server_completion is not None:
+                    p.reconcile(p.server_completion, "usage")
+                elif tok is not None and p.texts is not None:
+                    p.reconcile(tok.count("".join(p.texts)), "retokenized")
             n = sum(p.tokens)
-            if p.error is None and self.workload.ignore_eos and n != p.max_tokens:
+            if p.error is None and n != p.max_tokens:
+                how = ("ignore_eos" if self.target.shape.ignore_eos else "min_tokens" if self.target.shape.min_tokens
+                       else "the server accepts neither ignore_eos nor min_tokens, so it may stop early")
                 p.fail("short_output" if n < p.max_tokens else "long_output",
-                       f"{n} tokens generated, {p.max_tokens} asked (ignore_eos)")
+                       f"{n} tokens generated, {p.max_tokens} asked ({how})")
 
     def _add(self, p: _Progress, now: float, delta: int) -> None:
         if delta > 0:

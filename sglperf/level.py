@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .client import LoadGenerator, Target, Workload
@@ -70,6 +71,52 @@ class ClientMonitor:
             expected = now + self.period
 
 
+# Fail fast: a server that refuses every request answers at once; measuring on would only pile up errors.
+FAIL_FAST_MAX_N = 16  # the first N failures with one signature and no success stop the level
+BURST_MIN = 20  # later in a level: more than half of the last max(20, 2C) requests failed
+HINTS = (
+    (("prompt must be a string", "valid string", "must be str"),
+     "the server takes text prompts only: --prompt-format text --tokenizer PATH"),
+    (("ignore_eos",), "the server refuses ignore_eos: --engine openai lets sglperf find out what it accepts"),
+    (("continuous_usage_stats", "stream_options"), "the server refuses stream_options: --engine openai lets sglperf "
+                                                   "find out what it accepts"),
+    (("HTTP 401", "HTTP 403"), "is SGLPERF_API_KEY set, and right?"),
+    (("HTTP 404",), "the server has no such endpoint: try --api openai or --prompt-format chat"),
+    (("not an SSE stream",), "the server did not stream server-sent events: is this an OpenAI-compatible endpoint?"),
+)
+
+
+def _signature(r: RequestRecord) -> tuple:
+    return (r.error, r.http_status, (r.error_detail or "")[:80])
+
+
+def explain_failures(failed: list[RequestRecord]) -> str:
+    """The most common failure in the server's own words, how often, and a hint where one is known."""
+    sig, n = Counter(_signature(r) for r in failed).most_common(1)[0]
+    detail = next(r.error_detail for r in failed if _signature(r) == sig) or sig[0]
+    hint = next((h for keys, h in HINTS if any(k in detail for k in keys)), None)
+    return f"{detail} ({n} of {len(failed)} failed requests)" + (f"; hint: {hint}" if hint else "")
+
+
+def systematic_failure(records: list[RequestRecord], concurrency: int | None) -> str | None:
+    """Why to stop the level now, or None: no request has succeeded and the whole first generation (or the first
+    N with one signature) failed; or, later, more than half of the recent requests failed."""
+    failed = [r for r in records if r.error]
+    if not failed:
+        return None
+    c = max(concurrency or 1, 3)
+    if len(failed) == len(records):
+        n = min(c, FAIL_FAST_MAX_N)
+        if len(failed) >= c or (len(failed) >= n and len({_signature(r) for r in failed[:n]}) == 1):
+            return "stopped early: every request failed: " + explain_failures(failed)
+        return None
+    recent = records[-max(BURST_MIN, 2 * c):]
+    bad = [r for r in recent if r.error]
+    if len(recent) >= BURST_MIN and 2 * len(bad) > len(recent):
+        return f"stopped early: {len(bad)} of the last {len(recent)} requests failed: " + explain_failures(bad)
+    return None
+
+
 async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
                         engine, stream_id: int = 0, request_timeout: float = 3600.0,
                         server_check: Callable[[], str | None] | None = None,
@@ -89,10 +136,10 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
             load = asyncio.create_task(gen.open_loop(spec.rate, stop_load, burstiness=spec.burstiness,
                                                      max_concurrency=spec.max_concurrency, seed=workload.seed))
         last_tokens, last_t = 0, t0
-        decision = None
+        decision, failing, next_check = None, None, t0 + spec.check_interval_s
         try:
             while True:
-                await asyncio.sleep(spec.check_interval_s)
+                await asyncio.sleep(min(0.25, spec.check_interval_s))  # failures and deaths are noticed fast
                 now = clock()
                 elapsed = now - t0
                 if load.done():
@@ -101,12 +148,20 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 if dead:
                     incomplete, note, reason = True, dead, "server_died"
                     break
-                last = gen.last_chunk_time or t0
+                failing = systematic_failure(gen.records, spec.concurrency)
+                if failing:
+                    reason = "failing"
+                    break
+                # a request that ended (even with an error) is activity: a server failing fast has not stalled
+                last = max(gen.last_chunk_time or t0, gen.last_end_time or t0)
                 if gen.in_flight and now - last > spec.stall_timeout_s:
                     incomplete, reason = True, "stall"
                     note = (f"server stalled: no token from any of {len(gen.in_flight)} in-flight requests for "
                             f"{now - last:.0f} s (stall timeout {spec.stall_timeout_s:g} s)")
                     break
+                if now < next_check:
+                    continue
+                next_check = now + spec.check_interval_s
                 snap = gen.snapshot(now)
                 res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
                                    osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
@@ -136,7 +191,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
         finally:
             stopped_at = clock()
             stop_load.set()
-            if incomplete:
+            if incomplete or failing:
                 load.cancel()
             else:
                 ok = [r.end_time - r.send_time for r in gen.records if r.ok]
@@ -154,5 +209,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                           incomplete=incomplete, note=note, window_cap=stopped_at,
                           lifetime_s=decision.lifetime_s if decision else None,
                           window=(decision.window_start, decision.window_end)
-                          if decision and decision.window_start is not None and not incomplete else None)
+                          if decision and decision.window_start is not None and not (incomplete or failing) else None,
+                          stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact")
+    result = replace(result, connection_retries=gen.connection_retries)
     return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason)

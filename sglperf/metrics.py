@@ -213,23 +213,49 @@ def client_health(samples: list[ClientSample], window: tuple[float, float] | Non
     return lag, float(cpu)
 
 
+def check_prompt_lengths(ok: list[RequestRecord], isl: int, mode: str) -> str | None:
+    """The server's own prompt count (usage.prompt_tokens, meta_info) against the ISL we sent, where reported."""
+    counted = Counter(r.server_prompt_tokens for r in ok if r.server_prompt_tokens is not None)
+    if not counted:
+        return None
+    if mode == "chat":  # the chat template adds the same tokens to every request
+        if len(counted) == 1 and min(counted) >= isl:
+            return None
+        return (f"the server counted {', '.join(str(k) for k in sorted(counted))} prompt tokens for {isl}-token "
+                f"chat messages: the template overhead is not constant")
+    wrong = {k: v for k, v in counted.items() if k != isl}
+    if not wrong:
+        return None
+    k, v = max(wrong.items(), key=lambda kv: kv[1])
+    return (f"the server counted {k} prompt tokens for a {isl}-token prompt ({sum(wrong.values())} of "
+            f"{sum(counted.values())} requests): the prompts are not the length the level claims")
+
+
 def level_result(records: list[RequestRecord], *, target: int | None, rate: float | None, isl: int, osl: int,
                  policy: MeasurementPolicy, now: float | None = None, server_samples: list[ServerSample] = (),
                  client_samples: list[ClientSample] = (), incomplete: bool = False,
                  note: str | None = None, window_cap: float | None = None,
-                 lifetime_s: float | None = None, window: tuple[float, float] | None = None) -> LevelResult:
+                 lifetime_s: float | None = None, window: tuple[float, float] | None = None,
+                 stopped_because: str | None = None, prompt_check: str = "exact") -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
     follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
-    and CI batch length the stop decision judged."""
-    reasons: list[str] = []
+    and CI batch length the stop decision judged. `stopped_because`: why the level was stopped early (systematic
+    failures, in the server's words). `prompt_check`: "exact" (the server must count ISL prompt tokens) or "chat"
+    (ISL plus one constant chat-template overhead)."""
+    reasons: list[str] = [stopped_because] if stopped_because else []
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
     sent = len(records)
     done = [r for r in records if not r.cancelled]
     ok = [r for r in done if r.ok]
     errors = Counter(r.error for r in done if r.error)
     if errors:
+        example = next(r for r in done if r.error)
         reasons.append(f"{sum(errors.values())} of {len(done)} requests failed ("
-                       + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())) + ")")
+                       + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items()))
+                       + f"; e.g. {example.error}: {example.error_detail})")
+    prompt_problem = check_prompt_lengths(ok, isl, prompt_check)
+    if prompt_problem:
+        reasons.append(prompt_problem)
     t0 = min((r.send_time for r in records), default=0.0)
     times, tokens = token_arrivals(records)
     lifetime = lifetime_s if lifetime_s is not None else (
@@ -309,4 +335,5 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
         incomplete=incomplete, note=note, warnings=tuple(warns),
+        count_source=Counter(r.count_source for r in ok).most_common(1)[0][0] if ok else None,
     )

@@ -57,6 +57,8 @@ class WorkloadSection(Strict):
     isl: int = Field(gt=0)
     osl: int = Field(gt=0)
     api: Literal["sglang", "openai"] | None = None  # default: what the engine speaks natively
+    prompt_format: Literal["ids", "text", "chat"] = "ids"  # text and chat need the model's tokenizer
+    tokenizer: str | None = None  # a tokenizer.json, a directory with one, or a model in the local HF cache
     vocab_low: int = Field(1000, ge=0)
     vocab_high: int = Field(30000, gt=0)
     seed: int = 0
@@ -67,6 +69,15 @@ class WorkloadSection(Strict):
         if self.vocab_low >= self.vocab_high:
             raise ValueError(f"vocab_low ({self.vocab_low}) must be below vocab_high ({self.vocab_high})")
         return self
+
+    def client_workload(self, tokenizer: str | None = None):
+        """The client's Workload; `tokenizer` overrides the profile's (paths differ between machines)."""
+        from .client import Workload
+        from .prompts import Tokenizer
+
+        name = tokenizer or self.tokenizer
+        return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
+                        prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None)
 
 
 class MeasurementSection(Strict):

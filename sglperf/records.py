@@ -19,6 +19,7 @@ ERROR_KINDS = (
     "short_output",  # fewer tokens than asked (with ignore_eos)
     "long_output",  # more tokens than asked
     "bad_chunk",  # a chunk that is not the JSON the API defines
+    "bad_stream",  # an HTTP-200 answer that is not an SSE stream
     "timeout",  # the request exceeded its own timeout
     "connection",  # connection refused / reset / closed mid-stream
 )
@@ -40,6 +41,7 @@ class RequestRecord:
     error_detail: str | None = None
     http_status: int | None = None
     cancelled: bool = False  # ended by the client at the end of a level (not an error, not a completion)
+    count_source: str = "chunks"  # output tokens from: "usage" (the server's), "chunks", "retokenized"
 
     @property
     def first_token_time(self) -> float | None:
@@ -132,6 +134,8 @@ class LevelResult:
     incomplete: bool = False  # the level was interrupted (server died, stall, user interrupt)
     note: str | None = None
     warnings: tuple[str, ...] = ()  # worth knowing, not invalidating (e.g. latency percentiles blurred)
+    connection_retries: int = 0  # reused keep-alive connections the server had closed: retried, not errors
+    count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -24,6 +24,7 @@ from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
 from .client import Target, Workload
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
+from .negotiate import negotiate
 from .redact import api_key_from_env, redact
 from .results import RunRecorder, ServerDoc
 from .verdict import Ceiling
@@ -50,6 +51,11 @@ class SuiteOptions:
     launch_timeout: float | None = None
     gpu_lock_timeout: float = 7200.0
     allure_dir: Path | None = None
+    tokenizer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.server_url:
+            engines.check_url(self.server_url)
 
     @staticmethod
     def parse_levels(text: str | None) -> tuple[int, ...]:
@@ -229,10 +235,8 @@ class Suite:
         template = prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), resolve=False)
         rec = self.recorder(prof)
         if o.server_url:
-            try:
-                server = launcher.external(o.server_url, name=cname)
-            except ValueError as e:
-                raise UsageError(str(e)) from None
+            server = launcher.external(engines.check_url(o.server_url), name=cname)
+            engine.reach(server.url, api_key)  # within seconds, in words: refused, silent, an error status
             lock, template, flags = None, [], None
         else:
             flags = engine.check_flags(template)
@@ -267,16 +271,21 @@ class Suite:
         fp = fingerprint.collect(engine, info, template, prof.model_path(self.opts.model_path),
                                  server_env=dict(prof.server.env))
         w = prof.workload
-        target = Target.for_engine(server.url, engine, api=w.api, api_key=api_key,
+        workload = w.client_workload(self.opts.tokenizer)
+        target = Target.for_engine(server.url, engine, api=w.api, prompt_format=w.prompt_format, api_key=api_key,
                                    model=engine.served_model(server.url, api_key, info))
-        run = ConfigRun(self, prof, cname, engine, server, target,
-                        Workload(w.isl, w.osl, seed=w.seed, vocab_low=w.vocab_low, vocab_high=w.vocab_high),
-                        info, engine.ceiling(info, w.isl, w.osl), fp, lock)
+        negotiated: list[str] = []
+        if engine.negotiates:
+            target, workload, negotiated = negotiate(target, workload)
+        run = ConfigRun(self, prof, cname, engine, server, target, workload, info,
+                        engine.ceiling(info, w.isl, w.osl), fp, lock)
         rec = self.recorder(prof)
         rec.set_fingerprint(fp)
         rec.set_server(cname, ServerDoc(
             url=server.url, argv=server.display_argv, log=run.log_path, server_info=info,
-            ceiling=run.ceiling.__dict__ if run.ceiling else None, engine=engine.describe(),
+            ceiling=run.ceiling.__dict__ if run.ceiling else None,
+            engine=engine.describe() | {"wire": target.wire.name, "prompt_format": workload.prompt_format,
+                                        "negotiated": negotiated},
             flag_check={"source": flags.source, "problems": list(flags.problems)} if flags else None))
         self.runs[(prof.name, cname)] = run
         return run

@@ -1,19 +1,40 @@
-"""Wire formats: the request body a streaming request sends and how its SSE chunks are read, one class per API.
+"""Wire formats: the request body a streaming request sends and how its SSE chunks are read, one class per API
+(SGLang's native /generate, OpenAI /v1/completions and /v1/chat/completions), and the request's shape: which
+optional fields the server accepts.
 
-Why separate from the client: engines differ in what they accept (SGLang's native /generate, OpenAI
-/v1/completions); the engine adapter names the wire, the client only drives it.
+Why separate from the client: engines differ in what they accept; the engine adapter (and, for servers we know
+nothing of, negotiation) names the wire and the shape, the client only drives them.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The optional fields a request carries. Only what the server accepts is sent: where `ignore_eos` is not
+    accepted, `min_tokens` = max_tokens stands in where it is, and otherwise a request that stops early is invalid
+    (wrong length), never silently counted."""
+
+    ignore_eos: bool = True
+    min_tokens: bool = False
+    include_usage: bool = True  # stream_options.include_usage (OpenAI)
+    continuous_usage: bool = True  # stream_options.continuous_usage_stats: usage on every chunk (vLLM, SGLang)
+
+    def without(self, **fields: bool) -> "Shape":
+        return replace(self, **fields)
+
+
+FULL = Shape()
 
 
 class Wire:
     name = ""
     path = ""
 
-    def body(self, ids: list[int], workload, model: str | None, continuous_usage: bool) -> dict:
+    def body(self, prompt, workload, model: str | None, shape: Shape) -> dict:
         raise NotImplementedError
 
     def chunk(self, obj: dict, p, prev: int, now: float, add) -> int:
@@ -28,16 +49,22 @@ class NativeGenerate(Wire):
     name = "sglang"
     path = "/generate"
 
-    def body(self, ids, workload, model, continuous_usage):
-        return {"input_ids": ids, "sampling_params": {"max_new_tokens": workload.osl, "ignore_eos":
-                                                      workload.ignore_eos, "temperature": workload.temperature},
-                "stream": True}
+    def body(self, prompt, workload, model, shape):
+        sp = {"max_new_tokens": workload.osl, "temperature": workload.temperature}
+        if shape.ignore_eos:
+            sp["ignore_eos"] = workload.ignore_eos
+        elif shape.min_tokens:
+            sp["min_new_tokens"] = workload.osl
+        body = {"input_ids": prompt.ids} if prompt.ids is not None else {"text": prompt.text}
+        return {**body, "sampling_params": sp, "stream": True}
 
     def chunk(self, obj, p, prev, now, add):
         meta = obj.get("meta_info") or {}
         ct = meta.get("completion_tokens")
         if ct is None:
             ct = len(obj.get("output_ids") or [])
+        else:
+            p.count_source = "usage"
         add(p, now, ct - prev)
         fr = meta.get("finish_reason")
         if fr:
@@ -50,19 +77,33 @@ class NativeGenerate(Wire):
 
 
 class OpenAICompletions(Wire):
-    """OpenAI /v1/completions with token-id prompts; exact counts from per-chunk usage where the server sends it."""
+    """OpenAI /v1/completions; exact counts from per-chunk usage where the server sends it, else one token per
+    chunk with text, reconciled at the end with the final usage or the tokenizer (RequestRecord.count_source)."""
 
     name = "openai"
     path = "/v1/completions"
 
-    def body(self, ids, workload, model, continuous_usage):
-        body = {"prompt": ids, "max_tokens": workload.osl, "stream": True, "ignore_eos": workload.ignore_eos,
+    def prompt_field(self, prompt) -> dict:
+        return {"prompt": prompt.ids if prompt.ids is not None else prompt.text}
+
+    def body(self, prompt, workload, model, shape):
+        body = {**self.prompt_field(prompt), "max_tokens": workload.osl, "stream": True,
                 "temperature": workload.temperature}
+        if shape.ignore_eos:
+            body["ignore_eos"] = workload.ignore_eos
+        elif shape.min_tokens:
+            body["min_tokens"] = workload.osl
         if model:
             body["model"] = model
-        if continuous_usage:
-            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if shape.include_usage:
+            body["stream_options"] = {"include_usage": True}
+            if shape.continuous_usage:
+                body["stream_options"]["continuous_usage_stats"] = True
         return body
+
+    @staticmethod
+    def text_of(choice: dict) -> str | None:
+        return choice.get("text")
 
     def chunk(self, obj, p, prev, now, add):
         usage = obj.get("usage") or {}
@@ -70,23 +111,43 @@ class OpenAICompletions(Wire):
         ct = usage.get("completion_tokens")
         count = prev
         for ch in choices:
-            if ch.get("text") and ct is None:
-                count += 1  # servers without per-chunk usage (llama.cpp) send one token per chunk
+            text = self.text_of(ch)
+            if text:
+                if p.texts is not None:
+                    p.texts.append(text)
+                if ct is None:
+                    count += 1  # servers without per-chunk usage (llama.cpp) send one token per chunk
             fr = ch.get("finish_reason")
             if fr:
                 p.finish = fr
                 if fr == "abort":
                     p.fail("abort", "finish_reason abort")
         if ct is not None:
-            count = ct
             p.server_completion = ct
             p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
+            if choices:  # per-chunk usage: exact; a usage-only closing chunk is reconciled at the end
+                count = ct
+                p.count_source = "usage"
         add(p, now, count - prev)
         return max(prev, count)
 
 
-NATIVE, OPENAI = NativeGenerate(), OpenAICompletions()
-WIRES = {w.name: w for w in (NATIVE, OPENAI)}
+class OpenAIChat(OpenAICompletions):
+    """OpenAI /v1/chat/completions with the prompt as one user message; text arrives in choices[].delta."""
+
+    name = "chat"
+    path = "/v1/chat/completions"
+
+    def prompt_field(self, prompt) -> dict:
+        return {"messages": [{"role": "user", "content": prompt.text}]}
+
+    @staticmethod
+    def text_of(choice: dict) -> str | None:
+        return (choice.get("delta") or {}).get("content")
+
+
+NATIVE, OPENAI, CHAT = NativeGenerate(), OpenAICompletions(), OpenAIChat()
+WIRES = {w.name: w for w in (NATIVE, OPENAI, CHAT)}
 
 
 def by_name(name: str) -> Wire:

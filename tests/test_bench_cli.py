@@ -19,8 +19,9 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     assert "[c4]" in p.stderr, "live progress lines"
     doc = json.loads(out_json.read_text())
     assert doc["schema_version"] == 1 and doc["arguments"]["levels"] == [4, 16]
-    assert doc["engine"] == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False, "detected": True}
-    assert "engine: sim (detected), wire sglang" in p.stdout
+    assert doc["engine"] == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False, "detected": True,
+                             "prompt_format": "ids"}
+    assert "engine: sim (detected), wire sglang, ids prompts" in p.stdout
     for lvl in doc["levels"]:
         for key in ["concurrency", "sustained_output_tps", "sustained_output_tps_ci95", "sustained_total_tps",
                     "whole_run_output_tps", "peak_output_tps", "achieved_concurrency", "server_output_tps",
@@ -47,7 +48,10 @@ def test_bench_refuses_bad_input_clearly():
     assert p.returncode == 2 and "comma-separated integers" in p.stderr
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", "http://127.0.0.1:9"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "cannot reach the server" in p.stderr
+    assert p.returncode == 1 and "INFRASTRUCTURE: connection refused at 127.0.0.1:9: nothing listens there" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", "http://127.0.0.1:99999"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--url 'http://127.0.0.1:99999': Port out of range" in p.stderr
 
 
 def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_sim, tmp_path):

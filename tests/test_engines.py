@@ -3,6 +3,7 @@
 import pytest
 
 from sglperf import engines, fingerprint
+from sglperf.categories import InfraError
 from sglperf.client import Target
 
 TWO_DP_RANKS = """\
@@ -82,10 +83,11 @@ def test_hardware_class_follows_where_the_server_runs():
     assert engines.get("sim").hardware_class({"sglperf_simulator": {"preset": "ci"}}, [], gpu) == "sim:ci"
 
 
-def test_detection_names_the_simulator_and_falls_back_to_openai(start_sim):
+def test_detection_names_the_simulator_and_says_when_nothing_is_there(start_sim):
     srv = start_sim()
     assert engines.detect(srv.url).name == "sim"
-    assert engines.detect("http://127.0.0.1:9", timeout=1).name == "openai", "nothing there: the generic adapter"
+    with pytest.raises(InfraError, match="connection refused at 127.0.0.1:9: nothing listens there"):
+        engines.detect("http://127.0.0.1:9", timeout=1)
 
 
 def test_an_unknown_engine_is_a_clear_error():

@@ -105,7 +105,7 @@ def test_bench_against_llama_server_needs_no_flags_and_gets_no_connection_errors
         assert not srv.stop().survivors
     doc = json.loads(out_json.read_text())
     assert doc["engine"] == {"engine": "llamacpp", "wire": "openai", "new_connection_per_request": True,
-                             "detected": True}, p.stdout + p.stderr
+                             "detected": True, "prompt_format": "ids"}, p.stdout + p.stderr
     errors = {lv["concurrency"]: lv["errors"] for lv in doc["levels"]}
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2, 4, 8, 16]
     assert all(not e.get("connection") for e in errors.values()), errors

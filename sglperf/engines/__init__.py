@@ -5,9 +5,7 @@ Nothing outside this package asks which engine it is: it asks the adapter.
 
 from __future__ import annotations
 
-import requests
-
-from .base import Engine, FlagCheck, Series, auth_headers
+from .base import Engine, FlagCheck, Series, auth_headers, check_url, http_get
 from .llamacpp import LlamaCpp
 from .openai import OpenAI
 from .sglang import SGLang
@@ -26,13 +24,12 @@ def get(name: str) -> Engine:
 
 def detect(url: str, api_key: str | None = None, timeout: float = 5.0) -> Engine:
     """Which engine serves `url`: SGLang's /server_info (the simulator adds its own block), llama.cpp's /props,
-    else a plain OpenAI-compatible server."""
-    headers = auth_headers(api_key)
+    else a plain OpenAI-compatible server. Nothing there, or no answer, is an InfraError in words."""
     for path in ("/server_info", "/props"):
+        r = http_get(url.rstrip("/") + path, api_key, timeout)
         try:
-            r = requests.get(url.rstrip("/") + path, headers=headers, timeout=timeout)
             obj = r.json() if r.status_code == 200 else None
-        except (requests.RequestException, ValueError):
+        except ValueError:
             continue
         if not isinstance(obj, dict):
             continue
@@ -43,4 +40,4 @@ def detect(url: str, api_key: str | None = None, timeout: float = 5.0) -> Engine
     return OpenAI()
 
 
-__all__ = ["ENGINES", "NAMES", "Engine", "FlagCheck", "Series", "auth_headers", "detect", "get"]
+__all__ = ["ENGINES", "NAMES", "Engine", "FlagCheck", "Series", "auth_headers", "check_url", "detect", "get"]

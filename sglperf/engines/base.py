@@ -11,12 +11,15 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from urllib.parse import urlsplit
+
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..categories import InfraError, UsageError
 from ..records import ServerSample
 from ..verdict import Ceiling
-from ..wire import OPENAI, Wire
+from ..wire import FULL, OPENAI, Shape, Wire
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,55 @@ def auth_headers(api_key: str | None) -> dict:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def describe_status(r: requests.Response) -> str:
+    text = " ".join(r.text[:200].split()) or "(empty body)"
+    hint = " (is SGLPERF_API_KEY set, and right?)" if r.status_code in (401, 403) else ""
+    return f"HTTP {r.status_code}: {text}{hint}"
+
+
+def http_get(url: str, api_key: str | None, timeout: float) -> requests.Response:
+    """GET with a bounded wait; what went wrong, in words, as an InfraError."""
+    where = urlsplit(url).netloc
+    try:
+        return requests.get(url, headers=auth_headers(api_key), timeout=timeout)
+    except requests.exceptions.SSLError as e:
+        raise InfraError(f"TLS handshake with {where} failed ({e.__class__.__name__}): is the server http://?") from None
+    except requests.exceptions.ConnectTimeout:
+        raise InfraError(f"no connection to {where} within {timeout:g} s") from None
+    except requests.exceptions.ReadTimeout:
+        raise InfraError(f"{url}: no response within {timeout:g} s (the connection was accepted)") from None
+    except requests.exceptions.ConnectionError as e:
+        text = str(e)
+        if "Connection refused" in text:
+            raise InfraError(f"connection refused at {where}: nothing listens there") from None
+        if "Name or service not known" in text or "nodename nor servname" in text:
+            raise InfraError(f"cannot resolve the host of {where}") from None
+        raise InfraError(f"cannot talk to {where}: {text[:200]}") from None
+    except requests.RequestException as e:
+        raise InfraError(f"{url}: {e.__class__.__name__}: {str(e)[:200]}") from None
+
+
+def check_url(url: str, what: str = "--server-url") -> str:
+    """A server's base URL, or a UsageError naming what is wrong with it."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise UsageError(f"{what} {url!r}: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{what} {url!r} must look like http://HOST[:PORT] (https works too)")
+    if port == 0:
+        raise UsageError(f"{what} {url!r}: port 0 is not a server's port")
+    return url.rstrip("/")
+
+
 class Engine:
     """The defaults: an OpenAI-compatible server we know nothing more about."""
 
     name = "openai"
     wire: Wire = OPENAI
+    shape: Shape = FULL  # optional request fields it accepts (ignore_eos, usage on every chunk)
+    negotiates = False  # a server we know nothing of: find out what it accepts before the first level
     new_connection_per_request = False  # reuse keep-alive connections
     ready_path = "/health"
     info_paths: tuple[str, ...] = ()  # GETs that describe the server, first 200 wins
@@ -60,16 +107,26 @@ class Engine:
         return sys.executable if part == "{python}" else part
 
     # ------------------------------------------------------------------ talking to a running server
-    def server_info(self, url: str, api_key: str | None, timeout: float = 10.0) -> dict:
+    def reach(self, url: str, api_key: str | None, timeout: float = 5.0) -> None:
+        """Is anything there, and does it answer? InfraError in words within `timeout` seconds if not."""
+        r = http_get(url + self.ready_path, api_key, timeout)
+        if r.status_code not in (200, 404):  # 404: no health endpoint here; the requests will tell
+            raise InfraError(f"{url}{self.ready_path} answered {describe_status(r)}")
+
+    def server_info(self, url: str, api_key: str | None, timeout: float = 5.0) -> dict:
+        """The first info endpoint that answers a JSON object; {} where none does. A refused key or a server that
+        does not answer is an InfraError in words, not a silent {}."""
         for path in self.info_paths:
-            try:
-                r = requests.get(url + path, headers=auth_headers(api_key), timeout=timeout)
-                if r.status_code == 200:
+            r = http_get(url + path, api_key, timeout)
+            if r.status_code in (401, 403):
+                raise InfraError(f"{url}{path} answered {describe_status(r)}")
+            if r.status_code == 200:
+                try:
                     obj = r.json()
-                    if isinstance(obj, dict):
-                        return obj
-            except (requests.RequestException, ValueError):
-                continue
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    return obj
         return {}
 
     def served_model(self, url: str, api_key: str | None, info: dict, timeout: float = 10.0) -> str | None:

@@ -9,3 +9,4 @@ from .base import Engine
 class OpenAI(Engine):
     name = "openai"
     info_paths = ("/v1/models",)
+    negotiates = True

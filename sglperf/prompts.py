@@ -1,0 +1,108 @@
+"""Prompts of exactly ISL tokens in the three formats servers accept: token ids, text and chat (text in one user
+message). Text comes from the model's tokenizer, loaded from a local path or cache only (no downloads at run time):
+random ids are decoded and re-encoded until the text is exactly ISL tokens, seeded and different per request, as
+bench_serving's random dataset does.
+
+Why: many servers (gateways with strict schemas, transformers serve, chat-only endpoints) refuse token-id prompts;
+a perf suite must still send them prompts of a known length.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .categories import UsageError
+
+FORMATS = ("ids", "text", "chat")
+
+
+class TokenizerError(UsageError):
+    pass
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int] | None = None
+    text: str | None = None
+    tokens: int = 0  # how many tokens the prompt is, by the tokenizer that made it
+
+
+class Tokenizer:
+    """Hugging Face `tokenizers`, from a tokenizer.json file, a directory holding one, or a model in the local HF
+    cache (through transformers, local files only, where it is installed)."""
+
+    def __init__(self, name_or_path: str):
+        self.name = name_or_path
+        self._encode, self._decode, self.vocab_size = self._load(name_or_path)
+
+    @staticmethod
+    def _load(name: str):
+        p = Path(name).expanduser()
+        file = p if p.is_file() else p / "tokenizer.json" if p.is_dir() else None
+        if file is not None and file.is_file():
+            from tokenizers import Tokenizer as HFTokenizer
+
+            try:
+                tok = HFTokenizer.from_file(str(file))
+            except Exception as e:  # the library raises plain Exceptions for a malformed file
+                raise TokenizerError(f"--tokenizer {name}: {file} is not a tokenizer.json ({e})") from None
+            return (lambda text: tok.encode(text, add_special_tokens=False).ids,
+                    lambda ids: tok.decode(ids, skip_special_tokens=True), tok.get_vocab_size())
+        try:
+            from transformers import AutoTokenizer  # type: ignore[import-not-found]
+        except ImportError:
+            raise TokenizerError(f"--tokenizer {name}: no tokenizer.json at {p}, and transformers is not installed "
+                                 f"to look in the Hugging Face cache") from None
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        except Exception as e:
+            raise TokenizerError(f"--tokenizer {name}: not found locally (no downloads at run time): {e}") from None
+        return (lambda text: tok.encode(text, add_special_tokens=False),
+                lambda ids: tok.decode(ids, skip_special_tokens=True), len(tok))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode(text))
+
+    def decode(self, ids) -> str:
+        return self._decode([int(i) for i in ids])
+
+    def count(self, text: str) -> int:
+        return len(self._encode(text))
+
+
+def exact_text(tok: Tokenizer, rng: np.random.Generator, isl: int, low: int, high: int, tries: int = 20) -> str:
+    """A text that `tok` encodes to exactly `isl` tokens: decode random ids, re-encode, trim or top up, repeat."""
+    ids = rng.integers(low, high, isl).tolist()
+    for _ in range(tries):
+        text = tok.decode(ids)
+        enc = tok.encode(text)
+        if len(enc) == isl:
+            return text
+        ids = enc[:isl] if len(enc) > isl else enc + rng.integers(low, high, isl - len(enc)).tolist()
+    raise TokenizerError(f"--tokenizer {tok.name}: could not make a prompt of exactly {isl} tokens in {tries} tries "
+                         f"(ids {low}..{high}); narrow the vocabulary range to plain words")
+
+
+class PromptMaker:
+    """The prompt of request `index` of stream `stream`: seeded, so the same whatever runs it."""
+
+    def __init__(self, fmt: str, isl: int, *, seed: int, low: int, high: int, tokenizer: Tokenizer | None = None):
+        if fmt not in FORMATS:
+            raise UsageError(f"prompt format {fmt!r} is not one of {', '.join(FORMATS)}")
+        if fmt != "ids" and tokenizer is None:
+            raise UsageError(f"prompt format {fmt!r} needs the model's tokenizer (--tokenizer PATH_OR_NAME) to make "
+                             f"prompts of exactly {isl} tokens")
+        if tokenizer is not None:
+            high = min(high, tokenizer.vocab_size)
+        self.fmt, self.isl, self.seed, self.low, self.high, self.tokenizer = fmt, isl, seed, low, high, tokenizer
+
+    def make(self, stream: int, index: int) -> Prompt:
+        rng = np.random.default_rng([self.seed, stream, index])
+        if self.fmt == "ids":
+            return Prompt(ids=rng.integers(self.low, self.high, self.isl).tolist(), tokens=self.isl)
+        return Prompt(text=exact_text(self.tokenizer, rng, self.isl, self.low, self.high), tokens=self.isl)
