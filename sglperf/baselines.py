@@ -111,8 +111,12 @@ def candidate_path(path: Path) -> Path:
     cand = path.with_name(path.stem + ".candidate.json")
     if not cand.exists():
         return cand
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return path.with_name(f"{path.stem}.candidate-{stamp}.json")
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    for n in range(1000):  # two candidates in one microsecond (or one process) still differ
+        cand = path.with_name(f"{path.stem}.candidate-{stamp}{'' if n == 0 else f'-{n}'}.json")
+        if not cand.exists():
+            return cand
+    raise BaselineError(f"too many candidates beside {path}; review and remove them")
 
 
 def now_iso() -> str:
@@ -142,18 +146,27 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
                         isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out)
 
 
-def diff_lines(old: BaselineFile | None, new: BaselineFile) -> list[str]:
-    lines = []
-    for cname, lvls in sorted(new.configs.items()):
-        for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
-            for m, e in metrics.items():
-                before = old.configs.get(cname, {}).get(lv, {}).get(m) if old else None
-                if before is None:
-                    lines.append(f"+ {cname} c{lv} {m}: {e.value:,.1f} (tolerance {e.tolerance:.1%})")
-                elif before.value != e.value or before.tolerance != e.tolerance:
-                    lines.append(f"~ {cname} c{lv} {m}: {before.value:,.1f} → {e.value:,.1f} "
-                                 f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "
-                                 f"{e.tolerance:.1%}")
+def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = False) -> list[str]:
+    """What `new` adds (+), changes (~) and drops (-) against `old`; with `unchanged`, a count of what it keeps."""
+    lines, same = [], 0
+    old_entries = {(c, lv, m): e for c, lvls in (old.configs.items() if old else ()) for lv, ms in lvls.items()
+                   for m, e in ms.items()}
+    new_entries = {(c, lv, m): e for c, lvls in new.configs.items() for lv, ms in lvls.items() for m, e in ms.items()}
+    for key in sorted(set(old_entries) | set(new_entries), key=lambda k: (k[0], int(k[1]), k[2])):
+        cname, lv, m = key
+        before, e = old_entries.get(key), new_entries.get(key)
+        if e is None:
+            lines.append(f"- {cname} c{lv} {m}: {before.value:,.1f} REMOVED (the new file has no entry for it)")
+        elif before is None:
+            lines.append(f"+ {cname} c{lv} {m}: {e.value:,.1f} (tolerance {e.tolerance:.1%})")
+        elif before.value != e.value or before.tolerance != e.tolerance:
+            lines.append(f"~ {cname} c{lv} {m}: {before.value:,.1f} → {e.value:,.1f} "
+                         f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "
+                         f"{e.tolerance:.1%}")
+        else:
+            same += 1
+    if unchanged and same:
+        lines.append(f"= {same} entr{'y' if same == 1 else 'ies'} unchanged")
     return lines
 
 

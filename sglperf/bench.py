@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import datetime as dt
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from . import __version__, engines
 from .categories import SglperfError, UsageError
@@ -152,11 +154,22 @@ async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) 
         out.append(m)
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """--json and --records must be writable before a level is measured, not after."""
+    for option, value in (("--json", args.json_path), ("--records", args.records)):
+        if value:
+            d = Path(value).resolve().parent
+            if not d.is_dir() or not os.access(d, os.W_OK):
+                why = "is not writable" if d.is_dir() else "does not exist"
+                raise UsageError(f"{option} {value}: the directory {d} {why}")
+
+
 def main(args: argparse.Namespace) -> int:
     measurements: list[LevelMeasurement] = []
     ctx: dict = {}
     interrupted = False
     try:
+        check_outputs(args)
         asyncio.run(run(args, measurements, ctx))
     except (ValueError, SglperfError) as e:
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)

@@ -51,6 +51,21 @@ class ChangePoint:
                 f"{self.runs_before} runs before, {self.runs_after} after; environment: {env}")
 
 
+MIN_RUNS = 4  # fewer runs in a series cannot show a change point (one segment each side needs two)
+
+
+def short_series(records: list[dict], metric: str, config: str | None, level: int | None) -> list[str]:
+    """The series too short to judge, in words."""
+    out = []
+    for (profile, hw, cname, lv), pts in sorted(history.series(records, metric=metric).items(),
+                                               key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2], kv[0][3])):
+        if (config and cname != config) or (level and lv != level) or len(pts) >= MIN_RUNS:
+            continue
+        out.append(f"{profile}/{cname} c{lv} ({hw}): {len(pts)} valid run(s), too short to judge (a change point "
+                   f"needs at least {MIN_RUNS})")
+    return out
+
+
 def change_points(values: list[float], *, max_pvalue: float, min_magnitude: float, window_len: int):
     from otava.analysis import compute_change_points
 
@@ -66,7 +81,7 @@ def detect(records: list[dict], *, metric: str = "sustained_output_tps", config:
     out = []
     for (profile, hw, cname, lv), pts in sorted(history.series(records, metric=metric).items(),
                                                key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2], kv[0][3])):
-        if (config and cname != config) or (level and lv != level) or len(pts) < 4:
+        if (config and cname != config) or (level and lv != level) or len(pts) < MIN_RUNS:
             continue
         values = [v for _, v in pts]
         cps = change_points(values, max_pvalue=max_pvalue, min_magnitude=min_magnitude, window_len=window_len)
@@ -110,12 +125,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import warnings
+
     path = Path(args.history_opt or args.history_file or history.default_path(Path("reports")))
-    try:
-        records = history.read(path)
-    except history.HistoryError as e:
-        print(f"sglperf drift: {e}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always", history.TornLineWarning)
+        try:
+            records = history.read(path)
+        except history.HistoryError as e:
+            print(f"sglperf drift: {e}", file=sys.stderr)
+            return 2
+    for w in skipped:
+        print(f"sglperf drift: {w.message}", file=sys.stderr)
     try:
         cps = detect(records, metric=args.metric, config=args.config, level=args.level, max_pvalue=args.pvalue,
                      min_magnitude=args.min_magnitude, window_len=args.window)
@@ -127,6 +148,10 @@ def main(args: argparse.Namespace) -> int:
           f"{args.min_magnitude:.0%}: {len(cps)} change point(s)")
     for c in cps:
         print("  " + c.describe())
+    for line in short_series(records, args.metric, args.config, args.level):
+        print("  " + line)
+    if not records:
+        print("  no run could be read: nothing to judge")
     if args.json_path:
         from .fileio import atomic_write_json
 

@@ -150,7 +150,8 @@ def overrides_from_env() -> dict:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise FingerprintError(f"SGLPERF_FINGERPRINT_OVERRIDES is not valid JSON ({e.msg} at column {e.colno})") from None
+        raise FingerprintError(f"SGLPERF_FINGERPRINT_OVERRIDES is not valid JSON ({e.msg} at column "
+                               f"{e.colno})") from None
     if not isinstance(obj, dict):
         raise FingerprintError("SGLPERF_FINGERPRINT_OVERRIDES must be a JSON object of fingerprint fields")
     return obj

@@ -75,8 +75,13 @@ def read(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise HistoryError(f"history file {path} does not exist (a suite run creates it; see --history-file)")
+    if path.is_dir():
+        raise HistoryError(f"history file {path} is a directory; give the JSONL file (e.g. {path / 'history.jsonl'})")
     out = []
-    lines = path.read_bytes().split(b"\n")
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as e:
+        raise HistoryError(f"history file {path} cannot be read: {e.strerror or e}") from None
     for no, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
@@ -89,8 +94,9 @@ def read(path: str | Path) -> list[dict]:
                           TornLineWarning, stacklevel=2)
             continue
         if rec.get("schema_version") != SCHEMA_VERSION:
-            raise HistoryError(f"{path}:{no}: schema_version {rec.get('schema_version')!r} is not supported "
-                               f"(this sglperf reads {SCHEMA_VERSION})")
+            warnings.warn(f"{path}:{no}: skipped a record of schema_version {rec.get('schema_version')!r} (this "
+                          f"sglperf reads {SCHEMA_VERSION})", TornLineWarning, stacklevel=2)
+            continue
         try:
             out.append(HistoryRecord.model_validate(rec).model_dump())
         except ValidationError as e:

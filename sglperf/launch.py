@@ -8,6 +8,7 @@ for the next server; SGLang is a process tree whose children hold GPU memory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ import psutil
 import requests
 
 from .categories import InfraError
+from .fileio import atomic_write_json
 from .redact import redact_argv
 
 
@@ -54,6 +56,84 @@ def describe_exit(code: int) -> str:
 
 class PortInUse(LaunchError):
     pass
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: Linux kills it (SIGKILL) when the process that launched it dies, even by kill -9.
+    Elsewhere a no-op; the registry below still lets the next run end what is left."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _register(registry: Path | None, proc: subprocess.Popen, spec: "LaunchSpec", argv: list[str],
+              log_path: Path) -> Path | None:
+    """Record the server's process group so that a later run can end it if this process dies without doing so."""
+    if registry is None:
+        return None
+    try:
+        created = psutil.Process(proc.pid).create_time()
+    except psutil.Error:
+        return None
+    entry = {"pid": proc.pid, "pgid": proc.pid, "create_time": created, "owner_pid": os.getpid(),
+             "owner_create_time": psutil.Process().create_time(), "name": spec.name,
+             "argv": redact_argv(argv, list(spec.secrets)), "log": str(log_path),
+             "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path = registry / f"{proc.pid}.json"
+    atomic_write_json(path, entry)
+    return path
+
+
+def _same_process(pid: int, create_time: float) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - create_time) < 0.01
+    except psutil.Error:
+        return False
+
+
+def reap_leftovers(registry: Path) -> list[str]:
+    """End the servers that a run which died without tearing them down left behind (their launcher is gone), by
+    process group, after checking that the pid is still the process that was started (not a reused pid).
+    Returns what was found, in words."""
+    found = []
+    for path in sorted(Path(registry).glob("*.json")):
+        try:
+            e = json.loads(path.read_text())
+            pid, pgid = int(e["pid"]), int(e["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        if _same_process(int(e.get("owner_pid", -1)), float(e.get("owner_create_time", 0))):
+            continue  # its launcher is alive: not a leftover
+        members = [p.pid for p in psutil.process_iter() if _in_group(p.pid, pgid)]
+        if _same_process(pid, float(e["create_time"])) or (members and not psutil.pid_exists(pid)):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(pgid, sig)
+                except (ProcessLookupError, PermissionError):
+                    break
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and _alive(members):
+                    time.sleep(0.1)
+                if not _alive(members):
+                    break
+            found.append(f"ended server {e.get('name')!r} (pid {pid}, started {e.get('started')} by pid "
+                         f"{e.get('owner_pid')}, which is gone): {' '.join(e.get('argv') or [])[:200]}")
+        path.unlink(missing_ok=True)
+    return found
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _pump(src, dst, secrets: tuple[str, ...]) -> None:
@@ -107,6 +187,7 @@ class LaunchSpec:
     ready_path: str = "/health"
     terminate_timeout_s: float = 60.0
     secrets: tuple[str, ...] = ()
+    registry: Path | None = None  # where the launch is recorded for reap_leftovers (None: not recorded)
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -130,6 +211,7 @@ class Server:
         self.spec, self.proc, self.url, self.log_path, self.argv = spec, proc, url, log_path, argv
         self._log_file = None
         self._pump = None
+        self._registered: Path | None = None
         self.teardown: TeardownReport | None = None
 
     @property
@@ -221,6 +303,8 @@ class Server:
             self._log_file.close()
         self.teardown = TeardownReport(code, graceful and not killed, tuple(killed), tuple(survivors),
                                        time.monotonic() - t0)
+        if self._registered is not None and not survivors:
+            self._registered.unlink(missing_ok=True)
         return self.teardown
 
 
@@ -279,12 +363,13 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env, preexec_fn=_die_with_parent)
     except OSError as e:
         log_file.close()
         raise LaunchError(f"cannot start server {spec.name!r}: {argv[0]}: {e}", log_path=log_path) from None
     url = f"http://{'127.0.0.1' if spec.host in ('0.0.0.0', '') else spec.host}:{port}"
     server = Server(spec, proc, url, log_path, argv)
+    server._registered = _register(spec.registry, proc, spec, argv, log_path)
     server._log_file = log_file
     server._pump = threading.Thread(target=_pump, args=(proc.stdout, log_file, spec.secrets), daemon=True,
                                     name=f"log-{spec.name}")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from . import __version__
 from .fileio import atomic_write_json, write_jsonl
 from .records import LevelResult
 from .redact import redact
-from .rundoc import ABDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run  # noqa: F401 (re-export)
+from .rundoc import ABDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run
 
 CI_VARIABLES = ("GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_WORKFLOW")
 
@@ -38,7 +40,8 @@ class RunRecorder:
         self.path = self.reports_dir / "runs" / f"{self.run_id}.json"
         self.raw_dir = self.reports_dir / "runs" / self.run_id
         self.doc = RunDoc(run_id=self.run_id, profile=profile, engine=engine, sglperf_version=__version__,
-                          started=now_iso(), options=redact(options), notes=list(notes),
+                          started=now_iso(), options=redact(options), notes=list(notes), pid=os.getpid(),
+                          host=socket.gethostname(),
                           ci={k: v for k, v in os.environ.items() if k in CI_VARIABLES})
 
     def config(self, name: str) -> ConfigDoc:
@@ -89,3 +92,19 @@ class RunRecorder:
         self.doc.status, self.doc.complete = status, complete
         self.flush()
         return self.path
+
+
+def mark_abandoned(reports_dir: Path) -> list[str]:
+    """Run files left "running" by a process that is gone become "abandoned" (rewritten in place)."""
+    marked = []
+    for path in sorted((Path(reports_dir) / "runs").glob("*.json")):
+        try:
+            if json.loads(path.read_text()).get("status") != "running":
+                continue
+            doc = load_run(path)
+        except (OSError, ValueError):
+            continue  # not ours to judge here; its readers name what is wrong
+        if doc.status == "abandoned":
+            atomic_write_json(path, doc.model_dump(mode="json"))
+            marked.append(f"{path}: its run (pid {doc.pid}) died while running; marked abandoned")
+    return marked

@@ -89,7 +89,9 @@ class RunDoc(Strict):
     started: str
     finished: str | None = None
     complete: bool = False
-    status: Literal["running", "finished", "interrupted"] = "running"
+    status: Literal["running", "finished", "interrupted", "abandoned"] = "running"
+    pid: int | None = None  # the process writing it: a "running" file whose writer is gone is "abandoned"
+    host: str | None = None
     options: dict[str, Any] = {}
     fingerprint: dict[str, Any] | None = None
     hardware_class: str | None = None
@@ -146,6 +148,24 @@ def load_run(path: str | Path) -> RunDoc:
         raise RunFileError(f"{path}: schema_version: {raw.get('schema_version')!r} is not supported (this sglperf "
                            f"reads run files of version {SCHEMA_VERSION})")
     try:
-        return RunDoc.model_validate(raw)
+        doc = RunDoc.model_validate(raw)
     except ValidationError as e:
         raise RunFileError(explain(e, str(path))) from None
+    if writer_gone(doc):
+        doc.status = "abandoned"
+    return doc
+
+
+def writer_gone(doc: RunDoc) -> bool:
+    """A file still "running" whose writer died (killed, machine reset) on this host."""
+    import socket
+
+    import psutil
+
+    if doc.status != "running" or doc.pid is None or doc.host != socket.gethostname():
+        return False
+    try:
+        proc = psutil.Process(doc.pid)
+        return proc.status() == psutil.STATUS_ZOMBIE or "python" not in proc.name().lower()
+    except psutil.Error:
+        return True

@@ -25,8 +25,8 @@ from .client import Target, Workload
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
 from .negotiate import negotiate
-from .redact import api_key_from_env, redact
-from .results import RunRecorder, ServerDoc
+from .redact import api_key_from_env, redact, redact_argv
+from .results import RunRecorder, ServerDoc, mark_abandoned
 from .verdict import Ceiling
 
 DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
@@ -54,15 +54,29 @@ class SuiteOptions:
     tokenizer: str | None = None
 
     def __post_init__(self) -> None:
+        """Every option is checked before anything is launched or measured: a usage error names it and its range."""
         if self.server_url:
             engines.check_url(self.server_url)
+        if self.ci_target is not None and not 0 < self.ci_target <= 0.5:
+            raise UsageError(f"--ci-target {self.ci_target:g}: must be a fraction in (0, 0.5], e.g. 0.01 for +/-1%")
+        for name, value in (("--level-max-seconds", self.level_max_seconds), ("--launch-timeout",
+                                                                             self.launch_timeout)):
+            if value is not None and not value > 0:
+                raise UsageError(f"{name} {value:g}: must be a number of seconds > 0")
+        if self.gpu_lock_timeout < 0:
+            raise UsageError(f"--gpu-lock-timeout {self.gpu_lock_timeout:g}: must be >= 0 seconds")
+        if self.baseline_file and not Path(self.baseline_file).is_file():
+            raise UsageError(f"--baseline-file {self.baseline_file}: no such file")
 
     @staticmethod
     def parse_levels(text: str | None) -> tuple[int, ...]:
         if not text:
             return ()
+        parts = [x.strip() for x in text.split(",")]
+        if "" in parts:
+            raise UsageError(f"--levels {text!r} has an empty entry; give comma-separated integers like 8,16,32")
         try:
-            lv = sorted({int(x) for x in text.split(",") if x.strip()})
+            lv = sorted({int(x) for x in parts})
         except ValueError:
             raise UsageError(f"--levels must be comma-separated integers, got {text!r}") from None
         if not lv or lv[0] < 1:
@@ -71,7 +85,7 @@ class SuiteOptions:
 
     def recorded(self) -> dict:
         """The options a run file keeps (redacted)."""
-        return redact({"--server-url": self.server_url, "--server-arg": list(self.server_args),
+        return redact({"--server-url": self.server_url, "--server-arg": redact_argv(list(self.server_args)),
                        "--model-path": self.model_path, "--levels": list(self.levels) or None,
                        "--perf-config": list(self.perf_configs) or None, "--baseline-file": self.baseline_file,
                        "--ci-target": self.ci_target, "--level-max-seconds": self.level_max_seconds})
@@ -144,6 +158,21 @@ class ConfigRun:
                     + f". Server log: {self.log_path}")
         return None
 
+    def server_agreement(self, r) -> tuple[float, str]:
+        """How far the client's sustained tok/s may differ from the server's count over the window, and why.
+        A counter that moves only when requests finish is known to one cohort of completions (running x osl
+        tokens) at each window edge, so its bound is 2 x cohort / tokens counted in the window, where that is
+        larger than the profile's `server_agreement`."""
+        tol = self.profile.measurement.server_agreement
+        if not self.engine.counts_at_completion or not r.server_output_tps or not r.window_s:
+            return tol, f"±{tol:.0%}"
+        cohort = min(r.concurrency or 1, self.ceiling.effective if self.ceiling else r.concurrency or 1) * r.osl
+        edge = 2 * cohort / (r.server_output_tps * r.window_s)
+        if edge <= tol:
+            return tol, f"±{tol:.0%}"
+        return edge, (f"±{edge:.1%}: the server counts a request's {r.osl} tokens when it finishes, so each window "
+                      f"edge is uncertain by up to {cohort} tokens ({r.window_s:.0f} s window)")
+
     def noise_cvs(self, config: str, levels) -> dict[int, float]:
         """Run-to-run CVs the baseline measured for `config`, where it was calibrated."""
         bf, _ = self.baseline()
@@ -166,6 +195,7 @@ class Suite:
         self.history_path: Path | None = None
         self.interrupted = False
         self.late_problems: list[str] = []
+        self.cleaned: list[str] = []
 
     # ------------------------------------------------------------------ what to run
     def profile_names(self) -> list[str]:
@@ -183,10 +213,7 @@ class Suite:
 
     def configs(self, profile: profiles.Profile) -> list[str]:
         names = [c.name for c in profile.configs]
-        if self.opts.perf_configs:
-            unknown = set(self.opts.perf_configs) - set(names)
-            if unknown and len(self.profile_names()) == 1:
-                raise UsageError(f"--perf-config {sorted(unknown)} not in profile {profile.name!r} (configs: {names})")
+        if self.opts.perf_configs:  # a name no profile has is a usage error once items are known (selected_nothing)
             names = [n for n in names if n in self.opts.perf_configs]
         if self.opts.server_url:
             names = names[:1]  # a running server is one config
@@ -200,19 +227,43 @@ class Suite:
         if profile.name not in self.recorders:
             self.recorders[profile.name] = RunRecorder(self.opts.reports_dir, profile.name, profile.engine,
                                                        self.opts.recorded(),
-                                                       notes=list(profile.notes) + list(profile.server.notes))
+                                                       notes=list(profile.notes) + list(profile.server.notes)
+                                                       + [f"before this run: {c}" for c in self.cleaned])
         return self.recorders[profile.name]
 
-    def check_reports_dir(self) -> None:
-        d = self.opts.reports_dir
-        try:
-            (d / "runs").mkdir(parents=True, exist_ok=True)
-            probe = d / "runs" / f".write-probe-{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            raise UsageError(f"the reports directory {d} is not writable ({e.strerror or e}); choose another with "
-                             f"--reports-dir") from None
+    def check_outputs(self) -> None:
+        """Every place this run will write is writable now, not after an hour of measuring."""
+        o = self.opts
+        check_writable(o.reports_dir / "runs", f"the reports directory {o.reports_dir}", "--reports-dir")
+        check_writable(Path(o.history_file or history.default_path(o.reports_dir)).parent,
+                       "the history file's directory", "--history-file")
+        if o.allure_dir is not None:
+            check_writable(o.allure_dir, "the Allure results directory", "--alluredir")
+        if o.update_baselines:
+            for pname in self.profile_names():
+                d = Path(o.baseline_file).parent if o.baseline_file else baselines.BASELINE_DIR / pname
+                check_writable(d, "the baselines directory (for --update-baselines)", "--baseline-file")
+
+    def selected_nothing(self, items: list[tuple[str, str]]) -> str | None:
+        """A --profile or --perf-config that selects no item to run (after -m/-k): a usage error, never a green run."""
+        o = self.opts
+        if o.perf_configs:
+            missing = [c for c in o.perf_configs if c not in {cname for _, cname in items}]
+            if missing:
+                known = {p: [c.name for c in self.profile(p).configs] for p in self.profile_names()}
+                return (f"--perf-config {', '.join(missing)} selects nothing to run (selected profiles and their "
+                        f"configs: {known}; check -m too)")
+        if o.profiles:
+            missing = [p for p in o.profiles if p not in {pname for pname, _ in items}]
+            if missing:
+                return (f"--profile {', '.join(missing)} selects nothing to run (its marker is "
+                        f"{', '.join(self.profile(p).marker for p in missing)}; check -m and --perf-config)")
+        return None
+
+    def sweep_leftovers(self) -> None:
+        """Before anything starts: servers a dead run left (ended, named) and run files it left "running"."""
+        self.cleaned = launcher.reap_leftovers(self.opts.reports_dir / ".servers") + mark_abandoned(
+            self.opts.reports_dir)
 
     # ------------------------------------------------------------------ servers
     def _gpu_lock(self) -> FileLock:
@@ -250,7 +301,8 @@ class Suite:
                 name=f"{pname}-{cname}", log_dir=o.reports_dir / "servers", host=prof.server.host,
                 argv=prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), api_key=api_key),
                 env=dict(prof.server.env), launch_timeout_s=o.launch_timeout or prof.server.launch_timeout_s,
-                terminate_timeout_s=prof.server.terminate_timeout_s, secrets=(api_key,) if api_key else ())
+                terminate_timeout_s=prof.server.terminate_timeout_s, secrets=(api_key,) if api_key else (),
+                registry=o.reports_dir / ".servers")
             try:
                 server = launcher.launch(spec)
             except BaseException as e:
@@ -391,15 +443,16 @@ class Suite:
         prof = self.profile(profile_name)
         if not rec.doc.hardware_class:
             return f"no candidate baseline for {profile_name}: no server was measured"
-        cand = baselines.from_run(rec.doc, tolerance=prof.measurement.default_tolerance, isl=prof.workload.isl,
-                                  osl=prof.workload.osl)
-        if not cand.configs:
+        new = baselines.from_run(rec.doc, tolerance=prof.measurement.default_tolerance, isl=prof.workload.isl,
+                                 osl=prof.workload.osl)
+        if not new.configs:
             return f"no candidate baseline for {profile_name}: no valid level to take it from"
         explicit = self.opts.baseline_file
         target = Path(explicit) if explicit else baselines.default_path(profile_name, rec.doc.hardware_class)
         old = baselines.load(target) if target.exists() else None
+        cand = baselines.merge(old, new)  # the reviewed entries, updated by this run's valid levels
         path = baselines.save(baselines.candidate_path(target), cand)
-        diff = "\n".join("    " + ln for ln in baselines.diff_lines(old, cand)) or "    (no change)"
+        diff = "\n".join("    " + ln for ln in baselines.diff_lines(old, cand, unchanged=True)) or "    (no change)"
         return f"candidate baseline: {path}\n  review it, then move it to {target} and commit:\n{diff}"
 
     def summary_lines(self) -> list[str]:
@@ -415,8 +468,19 @@ class Suite:
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
         lines += self.candidates
-        lines += [f"could not write: {p}" for p in self.late_problems]
+        lines += [f"cleaned up before this run: {c}" for c in self.cleaned]
+        lines += [f"INFRASTRUCTURE: could not write: {p}" for p in self.late_problems]
         return lines
+
+
+def check_writable(d: Path, what: str, option: str) -> None:
+    try:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        probe = Path(d) / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{what} {d} is not writable ({e.strerror or e}); choose another with {option}") from None
 
 
 def _fmt(x) -> str:

@@ -68,8 +68,8 @@ def build_app(a: argparse.Namespace) -> web.Application:
             return web.json_response({"detail": f"Unexpected fields in the request: {unknown}"}, status=422)
         so = body.get("stream_options") or {}
         if set(so) - STREAM_OPTION_FIELDS:
-            return web.json_response({"detail": f"Unexpected fields in stream_options: {set(so) - STREAM_OPTION_FIELDS}"},
-                                     status=422)
+            extra = set(so) - STREAM_OPTION_FIELDS
+            return web.json_response({"detail": f"Unexpected fields in stream_options: {extra}"}, status=422)
         if chat:
             msgs = body.get("messages")
             if not (isinstance(msgs, list) and len(msgs) == 1 and isinstance(msgs[0].get("content"), str)):

@@ -68,7 +68,8 @@ def test_connection_policy_and_wire_come_from_the_engine():
 
 def test_recorded_nvidia_smi_rows_parse_and_cuda_visible_devices_picks_the_servers_gpus():
     rows = fingerprint.parse_gpu_rows(H200 + H200.replace("0, ", "1, ", 1))
-    assert rows[0]["name"] == "NVIDIA H200" and rows[0]["driver"] == "580.159.04" and rows[0]["power_limit_w"] == "700.00"
+    assert rows[0]["name"] == "NVIDIA H200" and rows[0]["driver"] == "580.159.04"
+    assert rows[0]["power_limit_w"] == "700.00" and rows[0]["max_sm_clock_mhz"] == "1980"
     assert [r["index"] for r in fingerprint.visible(rows, {"CUDA_VISIBLE_DEVICES": "1"})] == ["1"]
     assert len(fingerprint.visible(rows, {})) == 2
 

@@ -99,7 +99,7 @@ def test_bad_values_name_the_field(tmp_path):
 def test_an_unknown_engine_names_the_known_ones(tmp_path):
     bad = tmp_path / "eng.toml"
     bad.write_text((profiles.PROFILE_DIR / "sim-ci.toml").read_text().replace('engine = "sim"', 'engine = "vllm2"'))
-    with pytest.raises(profiles.ProfileError, match=r"eng\.toml: engine: .*unknown engine 'vllm2' \(known: sglang, sim"):
+    with pytest.raises(profiles.ProfileError, match=r"eng\.toml: engine: .*unknown engine 'vllm2' \(known: sglang"):
         profiles.load(str(bad))
 
 

@@ -55,7 +55,8 @@ def http_get(url: str, api_key: str | None, timeout: float) -> requests.Response
     try:
         return requests.get(url, headers=auth_headers(api_key), timeout=timeout)
     except requests.exceptions.SSLError as e:
-        raise InfraError(f"TLS handshake with {where} failed ({e.__class__.__name__}): is the server http://?") from None
+        raise InfraError(f"TLS handshake with {where} failed ({e.__class__.__name__}): is the server "
+                         f"http://?") from None
     except requests.exceptions.ConnectTimeout:
         raise InfraError(f"no connection to {where} within {timeout:g} s") from None
     except requests.exceptions.ReadTimeout:
@@ -98,6 +99,7 @@ class Engine:
     flush_path: str | None = None  # POST that empties prefix caches between levels
     loads_path: str | None = None  # a JSON load endpoint, scraped where /metrics is off
     series: dict[str, Series] = {}
+    counts_at_completion = False  # its output counter moves when a request finishes, not per token
 
     def prepare(self) -> None:
         """Make what a launch needs (builds, models). Raises InfraError when it cannot."""

@@ -1,0 +1,211 @@
+"""Bad input and faults, round 2: each numbered case of the issue, reproduced as written, ends in a clear error
+and leaves nothing running or lost."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sglperf import baselines
+
+from .conftest import user_env
+from .test_faults import ROOT, TAG, assert_clean, sim_processes, suite
+
+
+def run_files(tmp_path):
+    return sorted((tmp_path / "reports" / "runs").glob("*.json"))
+
+
+# 1. a selection that selects nothing is a usage error, never a green run ------------------------------------------
+@pytest.mark.parametrize("args,words", [
+    (["-m", "sim", "--perf-config", "nope", "--levels", "8"], "--perf-config nope selects nothing to run"),
+    (["--profile", "sim-ci", "--perf-config", "nope"], "--perf-config nope selects nothing to run"),
+    (["-m", "gpu8", "--profile", "sim-ci"], "--profile sim-ci selects nothing to run (its marker is sim"),
+])
+def test_a_selection_that_selects_nothing_is_a_usage_error(tmp_path, args, words):
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "--reports-dir", str(tmp_path / "r"),
+                        *args], cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env())
+    assert p.returncode == 4, p.stdout[-2000:] + p.stderr[-2000:]
+    assert f"USAGE ERROR: {words}" in p.stdout + p.stderr
+
+
+# 2. kill -9 of pytest leaves no server; the next run ends leftovers and names them -----------------------------
+def test_kill_9_of_pytest_mid_run_leaves_no_server_and_the_next_run_marks_its_file_abandoned(tmp_path):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim", "--perf-config",
+           "rr24-cds4", "--levels", "8,16,24", "--reports-dir", str(tmp_path / "reports")]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=user_env(**{TAG: str(tmp_path)}))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for a state: the first level is recorded
+            docs = [json.loads(f.read_text()) for f in run_files(tmp_path)]
+            if docs and docs[0]["configs"].get("rr24-cds4", {}).get("levels"):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never recorded a level")
+        assert sim_processes(str(tmp_path)), "the server runs while its suite does"
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    finally:
+        p.kill()
+    assert_clean(tmp_path)  # no simulator process of this run survives (PR_SET_PDEATHSIG)
+    assert json.loads(run_files(tmp_path)[0].read_text())["status"] == "running", "nobody closed it"
+    again, out = suite(tmp_path, "--levels", "8")
+    assert again.returncode == 0, out[-2000:]
+    assert "marked abandoned" in out and "died while running" in out
+    first = json.loads(run_files(tmp_path)[0].read_text())
+    assert first["status"] == "abandoned"
+
+
+def test_a_server_left_by_a_dead_run_is_ended_and_named_before_the_next_run(tmp_path):
+    """Where the OS does not kill it (another OS, a server that ignores its parent), the registry still finds it."""
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    registry = tmp_path / "reports" / ".servers"
+    registry.mkdir(parents=True)
+    (registry / f"{leftover.pid}.json").write_text(json.dumps({
+        "pid": leftover.pid, "pgid": leftover.pid, "create_time": psutil.Process(leftover.pid).create_time(),
+        "owner_pid": dead.pid, "owner_create_time": 0.0, "name": "sim-ci-rr24-cds4",
+        "argv": ["python", "-m", "sglperf.sim"], "log": "x.log", "started": "2026-11-30T00:00:00"}))
+    try:
+        p, out = suite(tmp_path, "--levels", "8")
+        assert p.returncode == 0, out[-2000:]
+        assert f"ended server 'sim-ci-rr24-cds4' (pid {leftover.pid}" in out and f"by pid {dead.pid}, which is gone" \
+            in out
+        assert leftover.wait(10) is not None, "the leftover is gone"
+        notes = json.loads(run_files(tmp_path)[0].read_text())["notes"]
+        assert any(f"pid {leftover.pid}" in n for n in notes), "the run file says what was cleaned"
+    finally:
+        leftover.kill()
+
+
+# 3. unwritable outputs: refused up front; a late failure does not stop the other writers -----------------------
+@pytest.mark.parametrize("args,words", [
+    (["--history-file", "/dev/null/history.jsonl"], "the history file's directory /dev/null is not writable"),
+    (["--alluredir", "/dev/null/allure"], "the Allure results directory /dev/null/allure is not writable"),
+    (["--update-baselines", "--baseline-file", "/dev/null/b.json"],
+     "--baseline-file /dev/null/b.json: no such file"),
+])
+def test_unwritable_outputs_are_usage_errors_before_anything_runs(tmp_path, args, words):
+    p, out = suite(tmp_path, "--levels", "8", *args, timeout=60)
+    assert p.returncode == 4, out[-2000:]
+    assert f"USAGE ERROR: {words}" in out
+    assert not (tmp_path / "reports" / "servers").exists(), "nothing was launched"
+
+
+def test_a_late_write_failure_is_reported_and_every_other_writer_still_writes(tmp_path):
+    hist = tmp_path / "history.jsonl"
+    bfile = tmp_path / "baseline.json"
+    shutil.copy(ROOT / "baselines" / "sim-ci" / "sim-ci.json", bfile)
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim", "--perf-config",
+           "rr24-cds4", "--levels", "8,16", "--reports-dir", str(tmp_path / "reports"), "--history-file", str(hist),
+           "--alluredir", str(tmp_path / "allure"), "--update-baselines", "--baseline-file", str(bfile)]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=user_env(**{TAG: str(tmp_path)}))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not run_files(tmp_path):
+        time.sleep(0.1)
+    hist.mkdir()  # after the up-front checks: the history append at the end fails
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 1, out[-3000:]
+    assert "INFRASTRUCTURE: could not write: IsADirectoryError" in out and str(hist) in out
+    allure = tmp_path / "allure"
+    assert (allure / "environment.properties").exists() and (allure / "categories.json").exists()
+    assert list(allure.glob("*-perf.json")), "the perf metrics were still written"
+    assert list(tmp_path.glob("baseline.candidate*.json")), "the candidate was still written"
+    assert json.loads(run_files(tmp_path)[0].read_text())["status"] == "finished"
+
+
+def test_bench_json_into_an_unwritable_directory_is_refused_before_measuring(start_sim):
+    srv = start_sim()
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8",
+                        "--json", "/dev/null/out.json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--json /dev/null/out.json: the directory /dev/null does not exist" in p.stderr
+    assert time.monotonic() - t0 < 10 and "sustained" not in p.stdout, "refused before any level"
+
+
+# 4. candidates merge the reviewed file and never drop a floor silently ------------------------------------------
+def test_update_baselines_writes_the_reviewed_entries_updated_by_this_run(tmp_path):
+    bfile = tmp_path / "sim-ci.json"
+    shutil.copy(ROOT / "baselines" / "sim-ci" / "sim-ci.json", bfile)
+    reviewed = baselines.load(bfile)
+    n = sum(len(ms) for lvls in reviewed.configs.values() for ms in lvls.values())
+    p, out = suite(tmp_path, "--levels", "8", "--update-baselines", "--baseline-file", str(bfile))
+    assert p.returncode == 0, out[-2000:]
+    [cand] = tmp_path.glob("sim-ci.candidate*.json")
+    merged = baselines.load(cand)
+    assert sum(len(ms) for lvls in merged.configs.values() for ms in lvls.values()) == n, "no floor dropped"
+    assert f"= {n - 1} entries unchanged" in out and "~ rr24-cds4 c8 sustained_output_tps" in out
+    assert baselines.load(bfile) == reviewed, "the reviewed file is untouched"
+
+
+def test_two_candidates_at_once_get_different_names(tmp_path):
+    target = tmp_path / "b.json"
+    (tmp_path / "b.candidate.json").write_text("{}")
+    first = baselines.candidate_path(target)
+    first.write_text("{}")
+    assert baselines.candidate_path(target) != first
+
+
+# 5. options are validated before anything is launched -----------------------------------------------------------
+@pytest.mark.parametrize("args,words", [
+    (["--level-max-seconds", "-1"], "--level-max-seconds -1: must be a number of seconds > 0"),
+    (["--ci-target", "-1"], "--ci-target -1: must be a fraction in (0, 0.5]"),
+    (["--ci-target", "5"], "--ci-target 5: must be a fraction in (0, 0.5]"),
+    (["--levels", "1,,2"], "--levels '1,,2' has an empty entry"),
+    (["--baseline-file", "/no/such/baseline.json"], "--baseline-file /no/such/baseline.json: no such file"),
+    (["--server-url", "localhost:30000"], "--server-url 'localhost:30000' must look like http://HOST[:PORT]"),
+])
+def test_bad_options_are_usage_errors_before_anything_runs(tmp_path, args, words):
+    p, out = suite(tmp_path, *args, timeout=60)
+    assert p.returncode == 4, out[-2000:]
+    assert f"USAGE ERROR: {words}" in out
+    assert not (tmp_path / "reports" / "servers").exists()
+
+
+# 6. drift reads what it can and says what it cannot judge ---------------------------------------------------------
+def drift(*args):
+    return subprocess.run([sys.executable, "-m", "sglperf.cli", "drift", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_drift_on_a_directory_a_broken_line_and_a_one_run_history(tmp_path):
+    p = drift(str(tmp_path))
+    assert p.returncode == 2 and "is a directory; give the JSONL file" in p.stderr
+    ok, out = suite(tmp_path, "--levels", "8")
+    assert ok.returncode == 0, out[-2000:]
+    hist = tmp_path / "reports" / "history.jsonl"
+    p = drift(str(hist))
+    assert p.returncode == 0 and "1 runs" in p.stdout and "1 valid run(s), too short to judge" in p.stdout
+    line = json.loads(hist.read_text().splitlines()[0])
+    del line["levels"][0]["config"]
+    with open(hist, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    p = drift(str(hist))
+    assert p.returncode == 0 and "history.jsonl:2: levels.0.config: Field required" in p.stderr
+
+
+# 7. a key given as a server flag is redacted in every copy ------------------------------------------------------
+def test_an_api_key_given_through_server_arg_is_stored_nowhere_in_clear(tmp_path):
+    p, out = suite(tmp_path, "--levels", "8", "--server-arg=--api-key=sk-in-a-flag-1234")
+    assert "sk-in-a-flag-1234" not in out
+    for f in (tmp_path / "reports").rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".jsonl", ".log"):
+            assert "sk-in-a-flag-1234" not in f.read_text(errors="replace"), f
+    doc = json.loads(run_files(tmp_path)[0].read_text())
+    assert doc["options"]["--server-arg"] == ["--api-key=<redacted>"]
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path):
+    yield
+    assert not sim_processes(str(tmp_path)), "a server of this test survived"
