@@ -1,6 +1,7 @@
 """The run's orchestration without pytest (sglperf.suite): servers and locks are released on every path, and the
 fingerprint's args hash is the same in every checkout."""
 
+import dataclasses
 import os
 import shutil
 import site
@@ -86,3 +87,21 @@ def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path
     a, b = outs
     assert [(n, h) for n, h, _ in a] == [(n, h) for n, h, _ in b], "same config, same hash"
     assert a[0][2] != b[0][2] and a[1][2] != b[1][2], "while the resolved commands differ (interpreter, cache)"
+
+
+def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge():
+    from types import SimpleNamespace
+
+    from sglperf import engines
+    from sglperf.suite import ConfigRun
+    from sglperf.verdict import Ceiling
+
+    from .rundocs import result
+
+    r = dataclasses.replace(result(32, value=680.0), osl=32, window_s=13.0, server_output_tps=695.0)
+    run = SimpleNamespace(profile=SimpleNamespace(measurement=SimpleNamespace(server_agreement=0.02)),
+                          engine=engines.get("llamacpp"), ceiling=Ceiling(64, 8, 8, "cap", 64))
+    tol, why = ConfigRun.server_agreement(run, r)
+    assert tol == pytest.approx(2 * 8 * 32 / (695.0 * 13.0)) and "uncertain by up to 256 tokens" in why
+    run.engine = engines.get("sim")  # SGLang's counters move per token: the profile's bound
+    assert ConfigRun.server_agreement(run, r) == (0.02, "±2%")
