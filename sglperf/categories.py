@@ -13,6 +13,7 @@ from enum import Enum
 class Category(Enum):
     REGRESSION = ("THROUGHPUT REGRESSION", "Throughput regression")
     PLATEAU = ("KV PLATEAU VIOLATED", "KV plateau violated")
+    INCONCLUSIVE = ("INCONCLUSIVE", "Inconclusive (re-run; the level needed more time than allowed)")
     INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
     INFRA = ("INFRASTRUCTURE", "Infrastructure (server failed to start or died)")
     USAGE = ("USAGE ERROR", "Usage error")
@@ -30,7 +31,7 @@ class Category(Enum):
         return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
 
 
-REGRESSION, PLATEAU, INVALID, INFRA, USAGE = (c.prefix for c in Category)
+REGRESSION, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE = (c.prefix for c in Category)
 
 
 class SglperfError(Exception):

@@ -237,8 +237,10 @@ class Server:
         return tail(self.log_path, lines) if self.log_path else ""
 
     def tree_pids(self) -> list[int]:
+        """The server's processes: its process group and descendants; for a server someone else started on this
+        host (--server-url on loopback), the process listening on its port and its descendants."""
         if self.proc is None:
-            return []
+            return listener_tree(self.url)
         pids = {self.proc.pid}
         try:
             pids |= {c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)}
@@ -306,6 +308,25 @@ class Server:
         if self._registered is not None and not survivors:
             self._registered.unlink(missing_ok=True)
         return self.teardown
+
+
+def listener_tree(url: str) -> list[int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1") or not parts.port:
+        return []
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == parts.port and c.pid:
+            try:
+                return [c.pid] + [p.pid for p in psutil.Process(c.pid).children(recursive=True)]
+            except psutil.Error:
+                return [c.pid]
+    return []
 
 
 def _alive(pids: list[int]) -> list[int]:

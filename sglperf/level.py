@@ -14,7 +14,8 @@ from typing import Callable
 
 from .client import LoadGenerator, Target, Workload
 from .metrics import MeasurementPolicy, level_result
-from .records import ClientSample, LevelResult, RequestRecord, ServerSample
+from .host import HostMonitor
+from .records import ClientSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
 
 
@@ -53,6 +54,7 @@ class LevelMeasurement:
     scrape_source: str | None
     stop_reason: str
     extra: dict = field(default_factory=dict)
+    host_samples: list[HostSample] = field(default_factory=list)
 
 
 class ClientMonitor:
@@ -120,12 +122,19 @@ def systematic_failure(records: list[RequestRecord], concurrency: int | None) ->
 async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
                         engine, stream_id: int = 0, request_timeout: float = 3600.0,
                         server_check: Callable[[], str | None] | None = None,
+                        server_pids: Callable[[], list[int]] | None = None,
+                        decided: Callable[[LevelResult], bool] | None = None,
                         progress: Callable[[dict], None] | None = None,
                         clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
+    """Drive one level. It stops when its interval is precise enough (policy.ci_target) or, sooner, when
+    `decided` says the interval already decides what it feeds (a floor), once the CI is trustworthy: at least
+    policy.converge_batches batches over policy.converge_window_s of steady state."""
     stop_load, stop_aux = asyncio.Event(), asyncio.Event()
     scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
     monitor = ClientMonitor(clock)
-    aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux))]
+    host = HostMonitor(clock, server_pids)
+    aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux)),
+           asyncio.create_task(host.run(stop_aux))]
     incomplete, note, reason = False, None, "max_seconds"
     async with LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout,
                              clock=clock) as gen:
@@ -165,7 +174,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 snap = gen.snapshot(now)
                 res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
                                    osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
-                                   client_samples=monitor.samples)
+                                   client_samples=monitor.samples, host_samples=host.samples)
                 decision = res
                 if progress:
                     tokens = sum(r.output_tokens for r in snap)
@@ -175,9 +184,16 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                     last_tokens, last_t = tokens, now
                 half, mean = res.sustained_output_tps_ci95, res.sustained_output_tps
                 need = max(policy.min_completions, spec.concurrency or 0)
-                if (half is not None and mean and half / mean <= policy.ci_target and elapsed >= spec.min_seconds
-                        and res.completed_in_window >= need):
+                trusted = (half is not None and mean and elapsed >= spec.min_seconds and res.completed_in_window >= need
+                           and res.ci_batches >= policy.converge_batches and res.window_s >= policy.converge_window_s)
+                if trusted and half / mean <= policy.ci_target:
                     reason = "converged"
+                    break
+                # A decision needs tokens still flowing: a server that went silent is the stall detector's to judge,
+                # and a window that runs on through silence would "decide" a regression that is a hang.
+                flowing = gen.last_chunk_time is not None and now - gen.last_chunk_time <= policy.decide_quiet_s
+                if trusted and flowing and decided is not None and decided(res):
+                    reason = "decided"
                     break
                 if elapsed >= spec.max_seconds:
                     reason = "max_seconds"
@@ -210,6 +226,8 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                           lifetime_s=decision.lifetime_s if decision else None,
                           window=(decision.window_start, decision.window_end)
                           if decision and decision.window_start is not None and not (incomplete or failing) else None,
-                          stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact")
+                          stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
+                          host_samples=host.samples)
     result = replace(result, connection_retries=gen.connection_retries)
-    return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason)
+    return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason,
+                            host_samples=host.samples)

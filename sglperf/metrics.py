@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from .host import disturbance
 from .records import ClientSample, LevelResult, RequestRecord, ServerSample, Summary
 
 
@@ -37,6 +38,13 @@ class MeasurementPolicy:
     max_batches: int = 30
     ci_target: float = 0.01  # CI half-width / sustained, at most
     min_completions: int = 20  # inside the window (and at least one generation)
+    # A CI stops a level only from 10 batches (t with 9 degrees of freedom: a handful of batches can agree by
+    # chance, and closed-loop cohorts beat) over at least 3 s of steady state (a few lifetimes of a fast level are
+    # milliseconds of scheduling luck). Fewer batches still give the verdicts a (wider) interval.
+    converge_batches: int = 10
+    decide_quiet_s: float = 0.5  # no early floor decision after this long without a token
+    max_sim_behind: float = 0.05  # the simulator late by more than this share of its engine time: disturbed
+    converge_window_s: float = 3.0
     # Client-bound: the client's CPU near one core (its event loop is one thread), or an event-loop lag that delays
     # closed-loop sends by a visible fraction of a request's life. Lag alone does not bias sustained throughput
     # (tokens are counted, only their timestamps blur), so lag large against the ITL is a warning, not invalid.
@@ -118,7 +126,10 @@ def batch_means(times: np.ndarray, tokens: np.ndarray, window: tuple[float, floa
     edges = np.linspace(s, e, k + 1)
     per_batch, _ = np.histogram(times[inside], bins=edges, weights=tokens[inside])
     rates = per_batch / (length / k)
-    half = float(stats.t.ppf(0.975, k - 1) * rates.std(ddof=1) / math.sqrt(k))
+    sd = rates.std(ddof=1)
+    if sd == 0:  # identical batches: lockstep cohorts, not precision; the CI is unknown
+        return float(rates.mean()), None, k
+    half = float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))
     return float(rates.mean()), half, k
 
 
@@ -196,6 +207,8 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
     running = [x.running for x in inside if x.running is not None]
     out["server_max_running"] = float(max(running)) if running else None
     out["server_retractions"] = delta("retracted_total")
+    engine, behind = delta("sim_engine_s_total"), delta("sim_behind_s_total")
+    out["sim_behind_share"] = behind / engine if engine and behind is not None else None
     return out
 
 
@@ -236,13 +249,15 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                  client_samples: list[ClientSample] = (), incomplete: bool = False,
                  note: str | None = None, window_cap: float | None = None,
                  lifetime_s: float | None = None, window: tuple[float, float] | None = None,
-                 stopped_because: str | None = None, prompt_check: str = "exact") -> LevelResult:
+                 stopped_because: str | None = None, prompt_check: str = "exact",
+                 host_samples: list = ()) -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
     follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
     and CI batch length the stop decision judged. `stopped_because`: why the level was stopped early (systematic
     failures, in the server's words). `prompt_check`: "exact" (the server must count ISL prompt tokens) or "chat"
     (ISL plus one constant chat-template overhead)."""
     reasons: list[str] = [stopped_because] if stopped_because else []
+    warns: list[str] = []
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
     sent = len(records)
     done = [r for r in records if not r.cancelled]
@@ -284,17 +299,20 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         completed_in_window = sum(1 for r in ok if s <= r.end_time < e)
         in_window = [r for r in ok if s <= r.send_time < e]
         lat_records = in_window or ok
-        if half is None:
+        if half is None and k >= policy.min_batches:
+            reasons.append(f"95% CI unknown: all {k} batches measured the same rate (closed-loop cohorts in "
+                           f"lockstep); a spread of zero is no evidence of precision")
+        elif half is None:
             reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_batches} request "
                            f"lifetimes ({policy.min_batches} x {lifetime or 0:.2f} s)")
         elif sustained and half / sustained > policy.ci_target:
-            reasons.append(f"95% CI +/-{half / sustained:.1%} is wider than the target +/-{policy.ci_target:.1%}")
+            # Not invalid: the interval is what the verdicts use; a wide one decides less (INCONCLUSIVE), never wrong
+            warns.append(f"95% CI +/-{half / sustained:.1%} is wider than the target +/-{policy.ci_target:.1%}")
         need = max(policy.min_completions, in_flight_target if target else 0)
         if completed_in_window < need:
             reasons.append(f"only {completed_in_window} requests completed inside the window (need {need})")
     lag, cpu = client_health(list(client_samples), window)
     lat = latency_summaries(lat_records)
-    warns: list[str] = []
     e2e_med = lat["e2e_ms"].median
     lag_limit = max(policy.max_loop_lag_p99_s * 1e3, policy.max_lag_share_of_e2e * (e2e_med or 0))
     if lag is not None and lag > lag_limit:
@@ -307,6 +325,8 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                      f"TTFT percentiles are blurred by up to that much (throughput is not)")
     if cpu is not None and cpu > policy.max_client_cpu_share:
         reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
+    host_numbers, disturbed = disturbance(list(host_samples), window)
+    reasons += disturbed
     if incomplete:
         reasons.append(f"level incomplete: {note}" if note else "level incomplete")
     whole_out = whole_total = None
@@ -318,6 +338,10 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
             whole_out = out_tok / dur
             whole_total = (out_tok + sum(r.prompt_tokens for r in ok)) / dur
     sv = server_view(list(server_samples), window)
+    behind = sv.pop("sim_behind_share", None)
+    if behind is not None and behind > policy.max_sim_behind:
+        reasons.append(f"disturbed: the simulator fell {behind:.0%} behind real time during the window (its engine "
+                       f"could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
     server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
     achieved = time_average_inflight(records, window, now) if window else None
     return LevelResult(
@@ -334,6 +358,6 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         completed_in_window=completed_in_window,
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
-        incomplete=incomplete, note=note, warnings=tuple(warns),
+        incomplete=incomplete, note=note, warnings=tuple(warns), host=host_numbers, sim_behind_share=behind,
         count_source=Counter(r.count_source for r in ok).most_common(1)[0][0] if ok else None,
     )

@@ -74,6 +74,8 @@ class ServerSample:
     max_total_tokens: float | None = None
     retracted_total: float | None = None
     gen_throughput: float | None = None
+    sim_engine_s_total: float | None = None  # the simulator: real seconds its engine steps took
+    sim_behind_s_total: float | None = None  # ... and how late its loop ran (the host could not keep up)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,19 @@ class ClientSample:
     time: float
     cpu_s: float  # this process's CPU time so far
     loop_lag_s: float  # how late the event loop woke the monitor's 50 ms ticker (level.ClientMonitor)
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """Cumulative CPU seconds at `time`: the whole host busy (all cores, idle and steal excluded), this client
+    process (with its children), the server's process tree; steal; and the 1-minute load average."""
+
+    time: float
+    busy_s: float
+    client_s: float
+    server_s: float
+    steal_s: float
+    load1: float
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,8 @@ class LevelResult:
     warnings: tuple[str, ...] = ()  # worth knowing, not invalidating (e.g. latency percentiles blurred)
     connection_retries: int = 0  # reused keep-alive connections the server had closed: retried, not errors
     count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
+    host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
+    sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

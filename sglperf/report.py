@@ -17,17 +17,12 @@ import re
 import uuid
 from pathlib import Path
 
+from .categories import Category
 from .records import LevelResult
 from .redact import redact
 
-# Failure categories: the suite's failure messages start with these words (fixtures/plugin.py).
-CATEGORIES = [
-    ("Throughput regression", "THROUGHPUT REGRESSION"),
-    ("KV plateau violated", "KV PLATEAU VIOLATED"),
-    ("Invalid measurement", "INVALID MEASUREMENT"),
-    ("Infrastructure (server failed to start or died)", "INFRASTRUCTURE"),
-    ("Usage error", "USAGE ERROR"),
-]
+# Failure categories: the suite's failure messages start with these words (categories.py).
+CATEGORIES = [(c.title, c.prefix) for c in Category]
 
 
 def results_dir(config) -> Path | None:

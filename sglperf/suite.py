@@ -27,7 +27,7 @@ from .metrics import MeasurementPolicy
 from .negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
 from .results import RunRecorder, ServerDoc, mark_abandoned
-from .verdict import Ceiling
+from .verdict import Ceiling, decides_floor
 
 DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
 
@@ -364,11 +364,14 @@ class Suite:
         m = run.profile.measurement
         spec = LevelSpec(concurrency=level, max_seconds=self.opts.level_max_seconds or m.level_max_seconds,
                          min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s)
+        bf, _ = self.baseline(run)
+        entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         started = time.time()
         try:
             meas = asyncio.run(measure_level(run.target, run.workload, spec, self.policy(run.profile),
                                              engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
-                                             server_check=run.server.crash_reason))
+                                             server_check=run.server.crash_reason, server_pids=run.server.tree_pids,
+                                             decided=decides_floor(entry.floor) if entry else None))
         except KeyboardInterrupt:
             self.interrupted = True
             raise

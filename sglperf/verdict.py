@@ -8,12 +8,13 @@ import math
 from dataclasses import dataclass
 
 from .baselines import Entry
+from .categories import INCONCLUSIVE, REGRESSION
 from .records import LevelResult
 
 
 @dataclass(frozen=True)
 class FloorVerdict:
-    passed: bool
+    outcome: str  # "pass" | "regression" | "inconclusive"
     metric: str
     value: float | None
     ci95: float | None
@@ -22,24 +23,51 @@ class FloorVerdict:
     tolerance: float
     message: str
 
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+
+def floor_outcome(value: float | None, ci95: float | None, floor: float) -> str:
+    """Decided by the interval: all of it at or above the floor passes, all of it below is a regression, one that
+    straddles the floor is inconclusive. A metric without an interval (whole-run) is compared as a point."""
+    if value is None:
+        return "inconclusive"
+    half = ci95 or 0.0
+    if value - half >= floor:
+        return "pass"
+    if value + half < floor:
+        return "regression"
+    return "inconclusive"
+
 
 def check_floor(level: LevelResult, entry: Entry, *, where: str, baseline_source: str, log_path: str | None,
                 env_diff: str = "") -> FloorVerdict:
     value = getattr(level, entry.metric)
     ci = level.sustained_output_tps_ci95 if entry.metric == "sustained_output_tps" else None
     floor = entry.floor
-    passed = value is not None and value >= floor
+    outcome = floor_outcome(value, ci, floor)
     ci_s = f" ± {ci:,.1f}" if ci is not None else ""
     delta = f" ({value / entry.value - 1:+.1%} vs baseline)" if value else ""
     msg = (f"{where}: {entry.metric} {value if value is None else format(value, ',.1f')}{ci_s} tok/s{delta}; "
            f"floor {floor:,.1f} = baseline {entry.value:,.1f} x (1 - {entry.tolerance:.1%}); "
            f"baseline: {baseline_source} (taken {entry.taken_at} from {entry.source})")
+    if outcome == "inconclusive":
+        msg += "; the 95% interval straddles the floor: re-run, or give the level more time (--level-max-seconds)"
     if env_diff:
         msg += f"; {env_diff}"
     if log_path:
         msg += f"; server log: {log_path}"
-    return FloorVerdict(passed, entry.metric, value, ci, floor, entry.value, entry.tolerance,
-                        ("THROUGHPUT REGRESSION: " if not passed else "") + msg)
+    prefix = {"pass": "", "regression": f"{REGRESSION}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
+    return FloorVerdict(outcome, entry.metric, value, ci, floor, entry.value, entry.tolerance, prefix + msg)
+
+
+def decides_floor(floor: float):
+    """For the level runner: stop once the sustained interval is wholly on one side of the floor."""
+    def decided(r: LevelResult) -> bool:
+        return floor_outcome(r.sustained_output_tps, r.sustained_output_tps_ci95, floor) != "inconclusive" and \
+            r.sustained_output_tps_ci95 is not None
+    return decided
 
 
 @dataclass(frozen=True)

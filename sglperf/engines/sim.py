@@ -3,12 +3,15 @@ its hardware is the simulated preset, and its flags are checked by its own parse
 
 from __future__ import annotations
 
-from .base import FlagCheck
+from .base import FlagCheck, Series
 from .sglang import SGLang, check_flags
 
 
 class Sim(SGLang):
     name = "sim"
+    series = {**SGLang.series,
+              "sim_engine_s_total": Series("sglperf_sim:engine_seconds_total"),
+              "sim_behind_s_total": Series("sglperf_sim:behind_seconds_total")}
 
     def hardware_class(self, info: dict, argv: list[str], gpu_rows: list[dict]) -> str:
         sim = (info or {}).get("sglperf_simulator") or {}

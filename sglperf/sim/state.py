@@ -84,6 +84,12 @@ class Metrics:
                                        registry=r)
         for mode in ("prefill_compute", "prefill_cache", "decode"):
             self.realtime_tokens.labels(**sl, mode=mode)
+        # The simulator's own health: engine time it owed, and how much of it came late (the host could not keep
+        # the step times: the measurement is of a disturbed simulator, not of the system it models).
+        self.engine_seconds = Counter("sglperf_sim:engine_seconds", "Real seconds the engine's steps took.",
+                                      registry=r)
+        self.behind_seconds = Counter("sglperf_sim:behind_seconds", "Real seconds the engine loop ran late.",
+                                      registry=r)
         self.retracted_total = Counter("sglang:num_retracted_requests", "Retracted requests.", names,
                                        registry=r).labels(**sl)
         tn = list(tl)
@@ -131,6 +137,7 @@ class SimServer:
         self.ready_at: float | None = None
         self.wake = asyncio.Event()
         self.metrics = Metrics(res.served_model_name) if a.enable_metrics else None
+        self.engine_s = self.behind_s = 0.0  # real seconds of engine steps, and how late the loop ran
         if self.metrics:
             self.metrics.max_total_num_tokens.set(res.max_total_num_tokens)
         self.started = time.time()
@@ -158,10 +165,16 @@ class SimServer:
                 continue
             deadline += step.duration / self.time_scale
             delay = deadline - loop.time()
+            self.engine_s += step.duration / self.time_scale
+            if self.metrics:
+                self.metrics.engine_seconds.inc(step.duration / self.time_scale)
             if delay > 0:
                 await asyncio.sleep(delay)
             else:
                 deadline = loop.time()  # a late step does not make the next one faster (a GPU cannot catch up)
+                self.behind_s += -delay
+                if self.metrics:
+                    self.metrics.behind_seconds.inc(-delay)
                 await asyncio.sleep(0)
             if self.hung:
                 continue
