@@ -326,7 +326,6 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     if cpu is not None and cpu > policy.max_client_cpu_share:
         reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
     host_numbers, disturbed = disturbance(list(host_samples), window)
-    reasons += disturbed
     if incomplete:
         reasons.append(f"level incomplete: {note}" if note else "level incomplete")
     whole_out = whole_total = None
@@ -340,7 +339,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     sv = server_view(list(server_samples), window)
     behind = sv.pop("sim_behind_share", None)
     if behind is not None and behind > policy.max_sim_behind:
-        reasons.append(f"disturbed: the simulator fell {behind:.0%} behind real time during the window (its engine "
+        disturbed.append(f"disturbed: the simulator fell {behind:.0%} behind real time during the window (its engine "
                        f"could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
     server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
     achieved = time_average_inflight(records, window, now) if window else None
@@ -359,5 +358,6 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
         incomplete=incomplete, note=note, warnings=tuple(warns), host=host_numbers, sim_behind_share=behind,
+        disturbances=tuple(disturbed),
         count_source=Counter(r.count_source for r in ok).most_common(1)[0][0] if ok else None,
     )

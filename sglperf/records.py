@@ -153,6 +153,9 @@ class LevelResult:
     count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
     host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
     sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window
+    # What took the host during the window. A disturbance can only lower throughput: a level that passes its floor
+    # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.
+    disturbances: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
