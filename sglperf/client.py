@@ -17,6 +17,7 @@ from typing import Callable
 import aiohttp
 import numpy as np
 
+from .engines.base import auth_headers
 from .prompts import Prompt, PromptMaker, Tokenizer
 from .records import RequestRecord
 from .wire import CHAT, FULL, NATIVE, Shape, Wire, by_name
@@ -46,10 +47,7 @@ class Target:
             raise ValueError(f"server URL must start with http:// or https://, got {self.url!r}")
 
     def headers(self) -> dict:
-        h = {"Content-Type": "application/json"}
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
-        return h
+        return {"Content-Type": "application/json", **auth_headers(self.api_key)}
 
 
 @dataclass(frozen=True)
@@ -78,9 +76,6 @@ class Workload:
         """Seeded, different for every request, so prefix caching cannot help."""
         return self._maker.make(stream, index)
 
-    def prompt_ids(self, stream: int, index: int) -> list[int]:
-        rng = np.random.default_rng([self.seed, stream, index])
-        return rng.integers(self.vocab_low, self.vocab_high, self.isl).tolist()
 
 
 def raise_open_files_limit() -> int:

@@ -13,6 +13,7 @@ from typing import Callable
 
 import aiohttp
 
+from .engines.base import auth_headers
 from .records import ServerSample
 
 
@@ -24,7 +25,7 @@ class Scraper:
         self.url = url.rstrip("/")
         self.engine = engine
         self.interval = interval
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.headers = auth_headers(api_key)
         self.clock = clock
         self.samples: list[ServerSample] = []
         self.source: str | None = None

@@ -128,8 +128,8 @@ def test_openai_streams_without_per_chunk_usage_count_one_token_per_chunk():
 
 def test_prompts_are_seeded_distinct_and_exact_length():
     w = Workload(128, 8, seed=3)
-    a, b = w.prompt_ids(0, 0), w.prompt_ids(0, 1)
-    assert len(a) == 128 and a != b and a == Workload(128, 8, seed=3).prompt_ids(0, 0)
+    a, b = w.prompt(0, 0).ids, w.prompt(0, 1).ids
+    assert len(a) == 128 and a != b and a == Workload(128, 8, seed=3).prompt(0, 0).ids
     assert all(w.vocab_low <= x < w.vocab_high for x in a)
 
 
