@@ -5,7 +5,7 @@ import pytest
 
 from fixtures.plugin import allure_on, outcome
 from sglperf import report
-from sglperf.categories import INVALID, REGRESSION
+from sglperf.categories import INCONCLUSIVE, INVALID, REGRESSION
 from sglperf.results import ABDoc
 from sglperf.verdict import check_ab
 
@@ -39,9 +39,12 @@ def test_config_ab(perf_profile, perf_session, request):
                  margin=prof.measurement.ab_margin, base_cv=cvs[prof.ab.base], tuned_cv=cvs[prof.ab.tuned])
     perf_session.recorder(prof).set_ab(ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
                                              gains={str(k): g for k, g in v.gains.items()}, lines=list(v.lines),
-                                             problems=list(v.problems)))
+                                             problems=list(v.problems), outcome=v.outcome, unsure=list(v.unsure)))
     print("\n".join(v.lines))
     if allure_on(request.config):
-        report.attach_text("A/B per level", "\n".join(v.lines + v.problems))
+        report.attach_text("A/B per level", "\n".join(v.lines + v.problems + v.unsure))
+    if v.outcome == "inconclusive":
+        pytest.fail(f"{INCONCLUSIVE} (A/B): {prof.ab.tuned} vs {prof.ab.base}: this run's intervals cannot decide:\n"
+                    + "\n".join(v.lines) + "\n" + "; ".join(v.unsure), pytrace=False)
     assert v.passed, f"{REGRESSION} (A/B): {prof.ab.tuned} vs {prof.ab.base}:\n" + "\n".join(
         v.lines) + "\n" + "; ".join(v.problems)

@@ -5,7 +5,7 @@ import pytest
 
 from fixtures.plugin import allure_on, evidence_on_failure
 from sglperf import plots, report
-from sglperf.categories import INFRA, INVALID, PLATEAU
+from sglperf.categories import INCONCLUSIVE, INFRA, INVALID, PLATEAU
 from sglperf.results import PlateauDoc
 from sglperf.verdict import check_plateau
 
@@ -57,10 +57,13 @@ def _check(run, perf_session):
             pytest.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: {'; '.join(r.invalid_reasons)}",
                         pytrace=False)
         results[lv] = r
-    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band,
-                      cv=run.noise_cvs(run.name, results))
+    v = check_plateau(results, run.ceiling, band=run.profile.measurement.plateau_band)
     perf_session.recorder(run.profile).set_plateau(run.name, PlateauDoc(
         passed=v.passed, attributed_to=v.attributed_to, reference_level=v.reference_level, levels=list(v.levels_past),
-        lines=list(v.lines), problems=list(v.problems), ceiling=run.ceiling.__dict__))
+        lines=list(v.lines), problems=list(v.problems), ceiling=run.ceiling.__dict__, outcome=v.outcome,
+        unsure=list(v.unsure)))
     print(v.message)
+    if v.outcome == "inconclusive":
+        pytest.fail(f"{INCONCLUSIVE}: {run.where}: the plateau cannot be decided from this run's intervals: "
+                    + v.message, pytrace=False)
     assert v.passed, f"{PLATEAU}: {run.where}: " + v.message + f"\nServer log: {run.log_path}"

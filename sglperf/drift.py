@@ -40,11 +40,14 @@ class ChangePoint:
     runs_after: int
     environment_changes: list[tuple[str, object, object]]
     environment_changed_at: str | None  # the run whose fingerprint differs from the one before it
+    gpu_changes: tuple[str, ...] = ()  # clocks and clock-event reasons that moved with the step (a driver that throttles)
 
     def describe(self) -> str:
         env = ", ".join(f"{k} {a} → {b}" for k, a, b in self.environment_changes) or "no fingerprint change near it"
         if self.environment_changes and self.environment_changed_at != self.run_after:
             env += f" (at run {self.environment_changed_at})"
+        if self.gpu_changes:
+            env += "; GPU telemetry: " + ", ".join(self.gpu_changes)
         return (f"{self.profile}/{self.config} c{self.level} {self.metric}: {self.change:+.1%} "
                 f"({self.mean_before:,.1f} → {self.mean_after:,.1f}, p={self.pvalue:.2g}) between run "
                 f"{self.run_before} ({self.time_before}) and {self.run_after} ({self.time_after}); "
@@ -92,9 +95,10 @@ def detect(records: list[dict], *, metric: str = "sustained_output_tps", config:
             seg_before, seg_after = values[bounds[j]:i], values[i:bounds[j + 2]]
             mb, ma = sum(seg_before) / len(seg_before), sum(seg_after) / len(seg_after)
             changes, at = environment_change_near(pts, i)
+            gpu = gpu_changes([p[0] for p in pts[bounds[j]:i]], [p[0] for p in pts[i:bounds[j + 2]]], cname, lv)
             out.append(ChangePoint(profile, hw, cname, lv, metric, i, before["run_id"], after["run_id"],
                                    before["time"], after["time"], mb, ma, ma / mb - 1, float(c.stats.pvalue),
-                                   len(seg_before), len(seg_after), changes, at))
+                                   len(seg_before), len(seg_after), changes, at, tuple(gpu)))
     return out
 
 
@@ -107,6 +111,38 @@ def environment_change_near(pts: list[tuple[dict, float]], i: int, reach: int = 
             if d:
                 return d, pts[k][0]["run_id"]
     return [], None
+
+
+def _telemetry(recs: list[dict], config: str, level: int) -> tuple[list[float], dict[str, list[float]]]:
+    clocks, shares = [], {}
+    for rec in recs:
+        lv = next((x for x in rec["levels"] if x["config"] == config and x["level"] == level), None)
+        for g in ((lv or {}).get("gpu") or {}).values():
+            if g.get("sm_mhz_mean") is not None:
+                clocks.append(g["sm_mhz_mean"])
+            for name in set(shares) | set(g.get("reasons") or {}):
+                shares.setdefault(name, []).append((g.get("reasons") or {}).get(name, 0.0))
+    return clocks, shares
+
+
+def gpu_changes(before: list[dict], after: list[dict], config: str, level: int, *, clock_step: float = 0.03,
+                share_step: float = 0.2) -> list[str]:
+    """What the GPUs did differently on each side of a step: mean SM clock moved by more than 3%, or a clock-event
+    reason's share of the window by more than 20 points. A throttling driver is a real cause and is named."""
+    (cb, sb), (ca, sa) = _telemetry(before, config, level), _telemetry(after, config, level)
+    out = []
+    if cb and ca:
+        mb, ma = sum(cb) / len(cb), sum(ca) / len(ca)
+        if abs(ma / mb - 1) > clock_step:
+            out.append(f"SM clock {mb:,.0f} → {ma:,.0f} MHz mean")
+    for name in sorted(set(sb) | set(sa)):
+        if name == "idle":
+            continue
+        b = sum(sb.get(name, [0.0])) / max(1, len(sb.get(name, [0.0])))
+        a = sum(sa.get(name, [0.0])) / max(1, len(sa.get(name, [0.0])))
+        if abs(a - b) > share_step:
+            out.append(f"{name} {b:.0%} → {a:.0%} of the window")
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

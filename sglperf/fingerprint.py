@@ -166,6 +166,9 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
     info = server_info or {}
     fp = {
         "hardware_class": engine.hardware_class(info, argv_template, rows),
+        # the GPUs whose telemetry a level samples (gpu.GpuMonitor): the server's, where it uses any
+        "gpu_indices": [int(r["index"]) for r in rows if str(r.get("index", "")).isdigit()]
+        if engine.uses_gpu(argv_template) else [],
         "gpu_name": first.get("name"), "gpu_count": len(rows), "gpu_memory_mib": first.get("memory_mib"),
         "gpu_max_sm_clock_mhz": first.get("max_sm_clock_mhz"), "gpu_power_limit_w": first.get("power_limit_w"),
         "gpu_ecc": first.get("ecc"), "gpu_mig": first.get("mig"),

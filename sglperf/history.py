@@ -45,7 +45,7 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
                 sustained_output_tps_ci95=r.sustained_output_tps_ci95 if ok else None,
                 sustained_total_tps=r.sustained_total_tps if ok else None,
                 whole_run_output_tps=r.whole_run_output_tps if ok else None,
-                ttft_p99_ms=r.ttft_ms.p99 if ok else None))
+                ttft_p99_ms=r.ttft_ms.p99 if ok else None, disturbances=list(r.disturbances), gpu=dict(r.gpu)))
     return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
                          engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,
                          status=run.status, fingerprint=run.fingerprint or {}, levels=levels)

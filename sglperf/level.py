@@ -14,8 +14,9 @@ from typing import Callable
 
 from .client import LoadGenerator, Target, Workload
 from .metrics import MeasurementPolicy, level_result
+from .gpu import GpuMonitor
 from .host import HostMonitor
-from .records import ClientSample, HostSample, LevelResult, RequestRecord, ServerSample
+from .records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
 
 
@@ -55,6 +56,7 @@ class LevelMeasurement:
     stop_reason: str
     extra: dict = field(default_factory=dict)
     host_samples: list[HostSample] = field(default_factory=list)
+    gpu_samples: list[GpuSample] = field(default_factory=list)
 
 
 class ClientMonitor:
@@ -123,18 +125,21 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                         engine, stream_id: int = 0, request_timeout: float = 3600.0,
                         server_check: Callable[[], str | None] | None = None,
                         server_pids: Callable[[], list[int]] | None = None,
+                        gpus: list[int] | None = None,
                         decided: Callable[[LevelResult], bool] | None = None,
                         progress: Callable[[dict], None] | None = None,
                         clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
     """Drive one level. It stops when its interval is precise enough (policy.ci_target) or, sooner, when
     `decided` says the interval already decides what it feeds (a floor), once the CI is trustworthy: at least
-    policy.converge_batches batches over policy.converge_window_s of steady state."""
+    policy.converge_batches batches over policy.converge_window_s of steady state. `gpus`: the server's GPU
+    indices on this host, whose telemetry is sampled (None: none)."""
     stop_load, stop_aux = asyncio.Event(), asyncio.Event()
     scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
     monitor = ClientMonitor(clock)
     host = HostMonitor(clock, server_pids)
+    gpu = GpuMonitor(clock, gpus, server_pids)
     aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux)),
-           asyncio.create_task(host.run(stop_aux))]
+           asyncio.create_task(host.run(stop_aux))] + ([asyncio.create_task(gpu.run(stop_aux))] if gpus else [])
     incomplete, note, reason = False, None, "max_seconds"
     async with LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout,
                              clock=clock) as gen:
@@ -174,7 +179,8 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 snap = gen.snapshot(now)
                 res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
                                    osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
-                                   client_samples=monitor.samples, host_samples=host.samples)
+                                   client_samples=monitor.samples, host_samples=host.samples,
+                                   gpu_samples=gpu.samples)
                 decision = res
                 if progress:
                     tokens = sum(r.output_tokens for r in snap)
@@ -227,7 +233,9 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                           window=(decision.window_start, decision.window_end)
                           if decision and decision.window_start is not None and not (incomplete or failing) else None,
                           stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
-                          host_samples=host.samples)
+                          host_samples=host.samples, gpu_samples=gpu.samples)
     result = replace(result, connection_retries=gen.connection_retries)
+    if gpu.error:
+        result = replace(result, warnings=result.warnings + (gpu.error,))
     return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason,
-                            host_samples=host.samples)
+                            host_samples=host.samples, gpu_samples=gpu.samples)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from .gpu import summarize as gpu_summary
 from .host import disturbance
 from .records import ClientSample, LevelResult, RequestRecord, ServerSample, Summary
 
@@ -250,7 +251,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                  note: str | None = None, window_cap: float | None = None,
                  lifetime_s: float | None = None, window: tuple[float, float] | None = None,
                  stopped_because: str | None = None, prompt_check: str = "exact",
-                 host_samples: list = ()) -> LevelResult:
+                 host_samples: list = (), gpu_samples: list = ()) -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
     follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
     and CI batch length the stop decision judged. `stopped_because`: why the level was stopped early (systematic
@@ -326,6 +327,8 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     if cpu is not None and cpu > policy.max_client_cpu_share:
         reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
     host_numbers, disturbed = disturbance(list(host_samples), window)
+    gpu_numbers, gpu_disturbed = gpu_summary(list(gpu_samples), window)
+    disturbed += gpu_disturbed
     if incomplete:
         reasons.append(f"level incomplete: {note}" if note else "level incomplete")
     whole_out = whole_total = None
@@ -358,6 +361,6 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
         incomplete=incomplete, note=note, warnings=tuple(warns), host=host_numbers, sim_behind_share=behind,
-        disturbances=tuple(disturbed),
+        disturbances=tuple(disturbed), gpu=gpu_numbers,
         count_source=Counter(r.count_source for r in ok).most_common(1)[0][0] if ok else None,
     )

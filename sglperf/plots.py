@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .metrics import token_arrivals  # noqa: E402
-from .records import LevelResult, RequestRecord, ServerSample  # noqa: E402
+from .records import GpuSample, HostSample, LevelResult, RequestRecord, ServerSample  # noqa: E402
 
 
 def _png(fig) -> bytes:
@@ -65,6 +65,59 @@ def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r:
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower center", fontsize=8)
     ax.set_title(f"c{r.concurrency}: throughput over time")
     return _png(fig)
+
+
+def level_disturbance(t0: float, host: list[HostSample], server: list[ServerSample], gpus: list[GpuSample],
+                      r: LevelResult) -> bytes:
+    """Beside the throughput timeline, on its time axis: what else took the machine. Top: cores used by other
+    processes and stolen by the hypervisor (and the simulator's lateness, where it reports it); bottom, where GPUs
+    were sampled: SM clock per GPU, with the windows' clock-event reasons marked."""
+    rows = 2 if gpus else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(9, 2.6 * rows + 0.6), sharex=True, squeeze=False)
+    ax = axes[0][0]
+    if len(host) > 1:
+        t = np.array([x.time - t0 for x in host])
+        dt = np.maximum(np.diff(t), 1e-9)
+        busy, client, server_s, steal = (np.diff(np.array([getattr(x, k) for x in host]))
+                                         for k in ("busy_s", "client_s", "server_s", "steal_s"))
+        ax.plot(t[1:], np.maximum(busy - client - server_s, 0) / dt, color="tab:red", label="other processes (cores)")
+        ax.plot(t[1:], steal / dt, color="tab:purple", label="stolen by the hypervisor (cores)")
+        ax.plot(t[1:], client / dt, color="tab:blue", alpha=0.5, label="the client (cores)")
+    lag = [(s.time - t0, s.sim_behind_s_total, s.sim_engine_s_total) for s in server
+           if s.sim_behind_s_total is not None and s.sim_engine_s_total is not None]
+    if len(lag) > 1:
+        ts, b, e = np.array(lag).T
+        ax.plot(ts[1:], np.diff(b) / np.maximum(np.diff(e), 1e-9), color="tab:orange",
+                label="simulator behind real time (share of engine time)")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("cores / share")
+    title = "; ".join(r.disturbances) or "no disturbance past the thresholds"
+    ax.set_title(title if len(title) < 110 else title[:107] + "...", fontsize=9)
+    if gpus:
+        g_ax = axes[1][0]
+        for idx in sorted({g.index for g in gpus}):
+            mine = [g for g in gpus if g.index == idx and g.sm_mhz is not None]
+            if mine:
+                g_ax.plot([g.time - t0 for g in mine], [g.sm_mhz for g in mine], label=f"GPU {idx} SM MHz")
+            marked = [g for g in gpus if g.index == idx and g.reasons and g.reasons & ~0x1]
+            if marked:
+                g_ax.scatter([g.time - t0 for g in marked], [g.sm_mhz or 0 for g in marked], s=8, color="tab:red",
+                             label=f"GPU {idx} clock event ({', '.join(sorted({n for g in marked for n in _names(g)}))})")
+        g_ax.set_ylim(bottom=0)
+        g_ax.set_ylabel("SM clock (MHz)")
+    for row in axes:
+        a = row[0]
+        if r.window_start is not None:
+            a.axvspan(r.window_start - t0, r.window_end - t0, color="tab:green", alpha=0.12)
+        a.legend(loc="lower right", fontsize=7)
+    axes[-1][0].set_xlabel("seconds since the level started")
+    return _png(fig)
+
+
+def _names(g: GpuSample) -> list[str]:
+    from .gpu import reason_names
+
+    return [n for n in reason_names(g.reasons or 0) if n != "idle"]
 
 
 def latency_distributions(records: list[RequestRecord]) -> bytes:

@@ -88,7 +88,9 @@ class MeasurementSection(Strict):
     stall_timeout_s: float = Field(60.0, gt=0)
     request_timeout_s: float = Field(3600.0, gt=0)
     plateau_band: float = Field(0.07, gt=0, lt=1)
-    ab_margin: float = Field(0.02, ge=0, lt=1)
+    # The loss the A/B allows the tuned config: it must exceed the A/B's noise (CIs and run-to-run CVs), else every
+    # equal level is inconclusive. 5% = the default floor tolerance.
+    ab_margin: float = Field(0.05, ge=0, lt=1)
     default_tolerance: float = Field(0.05, gt=0, lt=1)
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
 

@@ -99,6 +99,24 @@ class HostSample:
 
 
 @dataclass(frozen=True)
+class GpuSample:
+    """One GPU at `time` (gpu.GpuMonitor): clocks, power, temperature, the clock-event (throttle) reasons bitmask as
+    NVML defines it, and compute processes on it that are neither the server's nor ours ("pid 454 python3 874 MiB");
+    None where the driver does not say."""
+
+    time: float
+    index: int
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    util_pct: float | None = None
+    reasons: int | None = None
+    foreign: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Summary:
     mean: float | None
     median: float | None
@@ -156,6 +174,7 @@ class LevelResult:
     # What took the host during the window. A disturbance can only lower throughput: a level that passes its floor
     # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.
     disturbances: tuple[str, ...] = ()
+    gpu: dict = dataclasses.field(default_factory=dict)  # per GPU index: clocks, power, reasons' shares (gpu.py)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

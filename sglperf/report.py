@@ -83,19 +83,27 @@ def attach_level(meas, plots: bool = True) -> None:
         allure.attach(gzip.compress(rows.encode(), mtime=0), "requests.jsonl.gz", extension="jsonl.gz")
     else:
         allure.attach(rows, "requests.jsonl", allure.attachment_type.TEXT, extension="jsonl")
-    buf = io.StringIO()
-    fields = [f.name for f in dataclasses.fields(meas.server_samples[0])] if meas.server_samples else ["time"]
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    for s in meas.server_samples:
-        w.writerow(dataclasses.asdict(s))
-    allure.attach(buf.getvalue(), f"server samples ({meas.scrape_source or 'unavailable'}).csv",
+    allure.attach(_csv(meas.server_samples), f"server samples ({meas.scrape_source or 'unavailable'}).csv",
                   allure.attachment_type.CSV)
     if plots and meas.records:
         allure.attach(P.level_timeline(meas.records, meas.server_samples, r), "throughput over time.png",
                       allure.attachment_type.PNG)
+        allure.attach(P.level_disturbance(min(x.send_time for x in meas.records), meas.host_samples,
+                                          meas.server_samples, meas.gpu_samples, r),
+                      "disturbance over time.png", allure.attachment_type.PNG)
         allure.attach(P.latency_distributions(meas.records), "TTFT and ITL distributions.png",
                       allure.attachment_type.PNG)
+    if meas.gpu_samples:
+        allure.attach(_csv(meas.gpu_samples), "GPU telemetry.csv", allure.attachment_type.CSV)
+
+
+def _csv(rows: list) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=[f.name for f in dataclasses.fields(rows[0])] if rows else ["time"])
+    w.writeheader()
+    for x in rows:
+        w.writerow(dataclasses.asdict(x))
+    return buf.getvalue()
 
 
 def attach_text(name: str, text: str) -> None:

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .categories import UsageError
 from .fileio import read_json
@@ -29,8 +29,10 @@ def _level_fields() -> dict:
     hints = typing.get_type_hints(LevelResult)
     out = {}
     for f in dataclasses.fields(LevelResult):
-        default = f.default if f.default is not dataclasses.MISSING else ...
-        out[f.name] = (hints[f.name], default)
+        if f.default_factory is not dataclasses.MISSING:  # fields added later default, so older files validate
+            out[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        else:
+            out[f.name] = (hints[f.name], f.default if f.default is not dataclasses.MISSING else ...)
     return out
 
 
@@ -60,6 +62,8 @@ class PlateauDoc(Strict):
     lines: list[str]
     problems: list[str]
     ceiling: dict[str, Any]
+    outcome: str | None = None  # pass | violated | inconclusive (None in files written before it existed)
+    unsure: list[str] = []
 
 
 class ABDoc(Strict):
@@ -69,6 +73,8 @@ class ABDoc(Strict):
     gains: dict[str, Any]
     lines: list[str]
     problems: list[str]
+    outcome: str | None = None  # pass | regression | inconclusive
+    unsure: list[str] = []
 
 
 class ConfigDoc(Strict):
@@ -114,6 +120,8 @@ class HistoryLevel(Strict):
     sustained_total_tps: float | None = None
     whole_run_output_tps: float | None = None
     ttft_p99_ms: float | None = None
+    disturbances: list[str] = []
+    gpu: dict[str, Any] = {}  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
 
 
 class HistoryRecord(Strict):

@@ -371,6 +371,7 @@ class Suite:
             meas = asyncio.run(measure_level(run.target, run.workload, spec, self.policy(run.profile),
                                              engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
                                              server_check=run.server.crash_reason, server_pids=run.server.tree_pids,
+                                             gpus=run.fingerprint.get("gpu_indices") or None,
                                              decided=decides_floor(entry.floor) if entry else None))
         except KeyboardInterrupt:
             self.interrupted = True

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .baselines import Entry
 from .categories import INCONCLUSIVE, REGRESSION
+from .gpu import describe as gpu_describe
 from .records import LevelResult
 
 
@@ -56,6 +57,8 @@ def check_floor(level: LevelResult, entry: Entry, *, where: str, baseline_source
         msg += "; the 95% interval straddles the floor: re-run, or give the level more time (--level-max-seconds)"
     if env_diff:
         msg += f"; {env_diff}"
+    if outcome != "pass" and level.gpu:  # a throttling GPU is a real cause: name what the clocks did
+        msg += f"; GPU telemetry: {gpu_describe(level.gpu)}"
     if log_path:
         msg += f"; server log: {log_path}"
     prefix = {"pass": "", "regression": f"{REGRESSION}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
@@ -98,6 +101,12 @@ class PlateauVerdict:
     levels_past: tuple[int, ...]
     lines: tuple[str, ...]  # one per level: value, ratio to the reference, server evidence
     problems: tuple[str, ...]
+    unsure: tuple[str, ...] = ()  # levels whose ratio's interval straddles the band's edge
+
+    @property
+    def outcome(self) -> str:
+        """"pass" | "violated" | "inconclusive": decided by intervals, like a floor."""
+        return "violated" if self.problems else "inconclusive" if self.unsure else "pass"
 
     @property
     def message(self) -> str:
@@ -106,19 +115,23 @@ class PlateauVerdict:
                 f"observed: {self.attributed_to or 'not attributable'}")
         body = "\n".join(self.lines)
         probs = ("\nPLATEAU VIOLATED: " + "; ".join(self.problems)) if self.problems else ""
-        return f"{head}\n{body}{probs}"
+        unsure = ("\nundecided: " + "; ".join(self.unsure)) if self.unsure else ""
+        return f"{head}\n{body}{probs}{unsure}"
 
 
-def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float, near: float = 0.05,
-                  cv: dict[int, float] | None = None, z: float = 1.645) -> PlateauVerdict:
-    """Past the effective ceiling, sustained throughput stays within `band` (plus the measured noise: both levels'
-    relative CIs and, where a baseline was calibrated, their run-to-run CVs, at z) of the level at (or first past)
-    it; the server shows saturation (requests queued), running requests sit near the ceiling, and the plateau is
-    attributed to the KV pool or the admission cap from the server's running count."""
-    cv = cv or {}
+def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float,
+                  near: float = 0.05) -> PlateauVerdict:
+    """Past the effective ceiling, sustained throughput stays within `band` of the level at (or first past) it; the
+    server shows saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
+    to the KV pool or the admission cap from the server's running count.
+
+    Decided by intervals, like a floor: each ratio's 95% interval (both levels' CIs combined) wholly inside the band
+    passes, wholly outside violates, and one that straddles the band's edge is undecided (inconclusive, never a
+    violation). Run-to-run CVs from a baseline do not widen it: the levels compared come from one server start, and
+    what differs between starts moves all of them together, so it cancels in their ratio (unlike the A/B's)."""
     levels = sorted(results)
     past = [lv for lv in levels if lv >= ceiling.effective]
-    lines, problems = [], []
+    lines, problems, unsure = [], [], []
     if not past:
         return PlateauVerdict(False, ceiling, None, None, (), (),
                               (f"no level at or past the predicted ceiling {ceiling.effective} (levels {levels})",))
@@ -137,10 +150,13 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
             problems.append(f"c{lv}: no sustained throughput")
         else:
             rel = [(results[x].sustained_output_tps_ci95 or 0) / results[x].sustained_output_tps for x in (ref, lv)]
-            noise = z * math.sqrt(sum(x * x for x in rel) + cv.get(ref, 0.0) ** 2 + cv.get(lv, 0.0) ** 2)
-            if abs(ratio - 1) > band + noise:
-                problems.append(f"c{lv}: {ratio - 1:+.1%} vs c{ref}, outside the plateau band ±{band:.0%} "
-                                f"(+{noise:.1%} measured noise)")
+            noise = math.hypot(*rel)
+            if abs(ratio - 1) - noise > band:
+                problems.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}, outside the plateau band "
+                                f"±{band:.0%}")
+            elif abs(ratio - 1) + noise > band:
+                unsure.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref} straddles the plateau band's edge "
+                              f"±{band:.0%}: re-run, or give the levels more time")
         if lv > ceiling.effective:
             if r.server_mean_queued is not None and r.server_mean_queued <= 0 and (r.server_mean_token_usage or 0) < 0.9:
                 problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
@@ -159,7 +175,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                         f"prediction says {ceiling.binding}")
     if all(results[lv].server_max_running is None for lv in past):
         lines.append("  (the server exposes no running-request count: attribution needs /metrics or /v1/loads)")
-    return PlateauVerdict(not problems, ceiling, attributed, ref, tuple(past), tuple(lines), tuple(problems))
+    return PlateauVerdict(not problems and not unsure, ceiling, attributed, ref, tuple(past), tuple(lines),
+                          tuple(problems), tuple(unsure))
 
 
 def _f(x, spec=".1f") -> str:
@@ -172,18 +189,24 @@ class ABVerdict:
     lines: tuple[str, ...]
     problems: tuple[str, ...]
     gains: dict[int, float]
+    unsure: tuple[str, ...] = ()  # levels whose difference's interval straddles what the A/B asks
+
+    @property
+    def outcome(self) -> str:
+        return "regression" if self.problems else "inconclusive" if self.unsure else "pass"
 
 
 def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_ceiling: Ceiling,
              tuned_ceiling: Ceiling, *, margin: float, base_cv: dict[int, float] | None = None,
-             tuned_cv: dict[int, float] | None = None, z: float = 1.645) -> ABVerdict:
-    """The tuned config is not worse at any level (beyond the noise plus `margin`), and gains significantly at
-    levels past the base config's ceiling where the tuned config's ceiling is higher.
+             tuned_cv: dict[int, float] | None = None, z: float = 1.96) -> ABVerdict:
+    """The tuned config is not worse at any level than the base minus `margin`, and gains at levels past the base
+    config's ceiling where the tuned config's ceiling is higher.
 
-    Noise = the two within-run 95% CIs combined with z x the run-to-run CV each level's baseline measured
-    (`sglperf baseline calibrate`), when known: two servers started one after the other differ by more than one
-    level's CI says."""
-    lines, problems, gains = [], [], {}
+    Decided by the difference's 95% interval (the two within-run CIs combined with z x the run-to-run CV each
+    level's baseline measured by `sglperf baseline calibrate`, when known: two servers started one after the other
+    differ by more than one level's CI says), like a floor: wholly on the wrong side is a problem, straddling the
+    line is undecided (inconclusive), wholly on the right side passes."""
+    lines, problems, gains, unsure = [], [], {}, []
     base_cv, tuned_cv = base_cv or {}, tuned_cv or {}
     for lv in sorted(set(base) & set(tuned)):
         b, t = base[lv], tuned[lv]
@@ -199,9 +222,17 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
         expect_gain = lv > base_ceiling.effective and tuned_ceiling.effective > base_ceiling.effective
         lines.append(f"  c{lv}: base {b.sustained_output_tps:,.1f} tuned {t.sustained_output_tps:,.1f} ({gain:+.1%}, "
                      f"noise ±{noise:,.1f}){' [tuned cap binds later: gain expected]' if expect_gain else ''}")
-        if diff < -(noise + margin * b.sustained_output_tps):
-            problems.append(f"c{lv}: tuned is {gain:+.1%} vs base, worse beyond noise")
-        if expect_gain and diff <= noise:
+        allowed = -margin * b.sustained_output_tps
+        rel = noise / b.sustained_output_tps
+        if diff + noise < allowed:
+            problems.append(f"c{lv}: tuned is {gain:+.1%} ± {rel:.1%} vs base, worse than the {margin:.0%} allowed")
+        elif diff - noise < allowed:
+            unsure.append(f"c{lv}: tuned is {gain:+.1%} ± {rel:.1%} vs base: cannot tell whether it is within the "
+                          f"{margin:.0%} allowed")
+        if expect_gain and diff + noise <= 0:
             problems.append(f"c{lv}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "
-                            f"{tuned_ceiling.effective}) but got {gain:+.1%} (noise ±{noise / b.sustained_output_tps:.1%})")
-    return ABVerdict(not problems, tuple(lines), tuple(problems), gains)
+                            f"{tuned_ceiling.effective}) but got {gain:+.1%} ± {rel:.1%}")
+        elif expect_gain and diff - noise <= 0:
+            unsure.append(f"c{lv}: a gain is expected (base plateaus at {base_ceiling.effective}, tuned at "
+                          f"{tuned_ceiling.effective}); {gain:+.1%} ± {rel:.1%} does not decide it")
+    return ABVerdict(not problems and not unsure, tuple(lines), tuple(problems), gains, tuple(unsure))
