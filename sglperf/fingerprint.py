@@ -180,6 +180,7 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         "model_path": model_path or info.get("model_path"),
         "model_revision": info.get("revision"),
         "server_args_hash": args_hash(argv_template),
+        "server_args": " ".join(argv_template[1:]),  # as the profile writes them: a regression names what changed
         "engine": engine.name,
         "python_executable": sys.executable,
     }
@@ -192,7 +193,7 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
 # Fields whose change is worth naming next to a regression, in the order a reader cares about.
 MATTERS = ("hardware_class", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch", "nccl", "transformers",
            "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
-           "model_path", "model_revision", "server_args_hash", "os", "python", "llama_cpp_python")
+           "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python")
 
 
 def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:
@@ -202,6 +203,8 @@ def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:
 
 def describe_diff(old: dict, new: dict) -> str:
     d = diff(old, new)
+    if any(k == "server_args" for k, _, _ in d):  # the arguments themselves say more than their hash
+        d = [x for x in d if x[0] != "server_args_hash"]
     if not d:
         return ""
     return "environment changed since the baseline: " + ", ".join(f"{k} {a} → {b}" for k, a, b in d)

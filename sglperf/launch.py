@@ -201,6 +201,8 @@ class TeardownReport:
     killed: tuple[int, ...]  # pids that needed SIGKILL
     survivors: tuple[int, ...]  # pids still alive afterwards (should be empty)
     seconds: float
+    gpu_release_s: float | None = None  # how long the driver took to free the tree's GPU memory (None: no GPU)
+    gpu_held_by: tuple[int, ...] = ()  # pids still holding GPU memory when the wait gave up
 
 
 class Server:
@@ -298,13 +300,20 @@ class Server:
         while survivors and time.monotonic() < deadline:
             time.sleep(0.05)
             survivors = _alive(tree)
-        wait_for_gpu_release(tree)
+        t_gpu = time.monotonic()
+        held = wait_for_gpu_release(tree)
+        gpu_s = time.monotonic() - t_gpu if shutil.which("nvidia-smi") else None
         if self._pump is not None:
             self._pump.join(5)
         if self._log_file:
+            if gpu_s is not None:  # the log says how long teardown waited for the driver
+                self._log_file.write((f"[sglperf] teardown: GPU memory of the server's processes released {gpu_s:.1f} s "
+                                      f"after they ended\n" if not held else
+                                      f"[sglperf] teardown: pids {held} still hold GPU memory after {gpu_s:.0f} s\n"
+                                      ).encode())
             self._log_file.close()
         self.teardown = TeardownReport(code, graceful and not killed, tuple(killed), tuple(survivors),
-                                       time.monotonic() - t0)
+                                       time.monotonic() - t0, None if gpu_s is None else round(gpu_s, 2), tuple(held))
         if self._registered is not None and not survivors:
             self._registered.unlink(missing_ok=True)
         return self.teardown

@@ -21,6 +21,11 @@ from .categories import InfraError
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays
+# For a GPU: 1.66 B params, 3.3 GB F16. The tiny model on an H200 leaves the GPU idle between llama.cpp's per-step
+# host work (~6,000 tok/s at c64, bound by the client and the server's CPU side); this one makes each decode step
+# read 3.3 GB of weights and do ~0.2 TFLOP at batch 64, so the GPU's share of a step is what batching changes, and
+# its throughput stays within one client process's reach. Generated in seconds (float32 normals cast to F16).
+GPU_MODEL_SHAPE = (3072, 16, 8192)
 N_WORDS = 1021
 FIRST_WORD_ID = 272  # <unk> <s> </s>, 256 byte tokens, "▁", "w", "0".."9", "▁w", then "▁w0" ... "▁w1020"
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
@@ -38,45 +43,88 @@ def cache_dir() -> Path:
     return Path(base)
 
 
-def server_path(version: str = LLAMA_CPP_PYTHON) -> Path:
-    return cache_dir() / f"llama.cpp-{version}" / "bin" / "llama-server"
+def server_path(version: str = LLAMA_CPP_PYTHON, cuda: bool = False) -> Path:
+    return cache_dir() / f"llama.cpp-{version}{'-cuda' if cuda else ''}" / "bin" / "llama-server"
 
 
-def model_path(shape: tuple[int, int, int] = MODEL_SHAPE) -> Path:
+def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False) -> Path:
     e, l, f = shape
-    return cache_dir() / "models" / f"tiny-llama-e{e}-l{l}-f{f}.gguf"
+    return cache_dir() / "models" / f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}.gguf"
+
+
+def cuda_arch() -> str:
+    """The visible GPUs' compute capability as CMake spells it ("9.0" -> "90"); one build serves them all."""
+    if not shutil.which("nvidia-smi"):
+        raise BuildError("--cuda needs an NVIDIA GPU: nvidia-smi not found")
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=30)
+    caps = sorted({x.strip().replace(".", "") for x in out.stdout.split() if x.strip()})
+    if out.returncode != 0 or not caps or not all(c.isdigit() for c in caps):
+        raise BuildError(f"nvidia-smi did not report a compute capability: {(out.stdout + out.stderr).strip()!r}")
+    return ";".join(caps)
+
+
+def _nvcc() -> str | None:
+    return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
+
+
+def unpack_source(source: Path, into: Path) -> Path:
+    """The llama.cpp tree inside a llama-cpp-python sdist, a trimmed tarball of it, or a directory."""
+    if source.is_dir():
+        root = source
+    else:
+        try:
+            with tarfile.open(source) as tf:
+                tf.extractall(into, filter="data")
+        except (OSError, tarfile.TarError) as e:
+            raise BuildError(f"--source {source}: not a readable tarball ({e})") from None
+        root = into
+    for cand in [root, *sorted(root.glob("*")), *sorted(root.glob("*/vendor/llama.cpp"))]:
+        if (cand / "CMakeLists.txt").exists() and (cand / "tools" / "server").is_dir():
+            return cand
+    raise BuildError(f"--source {source}: no llama.cpp tree (CMakeLists.txt and tools/server) in it")
 
 
 def _log(msg: str) -> None:
     print(f"[sglperf llamacpp] {msg}", file=sys.stderr, flush=True)
 
 
-def build(version: str = LLAMA_CPP_PYTHON, jobs: int | None = None) -> Path:
-    """Build llama-server once per version; later calls return the cached binary."""
-    out = server_path(version)
+def build(version: str = LLAMA_CPP_PYTHON, jobs: int | None = None, cuda: bool = False,
+          source: Path | None = None) -> Path:
+    """Build llama-server once per version (and per backend: CPU, or CUDA for the visible GPUs' architecture);
+    later calls return the cached binary. `source`: the pinned sdist or a trimmed tarball of its llama.cpp tree,
+    for hosts without network; otherwise pip downloads the sdist."""
+    out = server_path(version, cuda)
     if out.exists() and os.access(out, os.X_OK):
         return out
     missing = [t for t in ("cmake", "c++", "cc") if not shutil.which(t)]
     if missing:
         raise BuildError(f"building llama-server needs cmake and a C/C++ compiler; missing: {', '.join(missing)} "
                          f"(Debian/Ubuntu: apt-get install -y cmake g++)")
+    flags = list(CMAKE_FLAGS)
+    if cuda:
+        nvcc = _nvcc()
+        if not nvcc:
+            raise BuildError("--cuda needs the CUDA compiler: nvcc is not on PATH nor in /usr/local/cuda/bin "
+                             "(install the CUDA toolkit matching the driver)")
+        flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch()}", f"-DCMAKE_CUDA_COMPILER={nvcc}"]
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sglperf-llamacpp-") as tmp:
         tmp = Path(tmp)
-        _log(f"downloading the llama-cpp-python=={version} sdist (vendored llama.cpp source)")
-        dl = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                             "--disable-pip-version-check", "-q", "-d", str(tmp), f"llama-cpp-python=={version}"],
-                            capture_output=True, text=True)
-        sdists = list(tmp.glob("llama_cpp_python-*.tar.gz"))
-        if dl.returncode != 0 or not sdists:
-            raise BuildError(f"pip download llama-cpp-python=={version} failed:\n{dl.stderr[-2000:]}")
-        with tarfile.open(sdists[0]) as tf:
-            tf.extractall(tmp / "src", filter="data")
-        src = next((tmp / "src").glob("llama_cpp_python-*")) / "vendor" / "llama.cpp"
+        if source is None:
+            _log(f"downloading the llama-cpp-python=={version} sdist (vendored llama.cpp source)")
+            dl = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                 "--disable-pip-version-check", "-q", "-d", str(tmp), f"llama-cpp-python=={version}"],
+                                capture_output=True, text=True)
+            sdists = list(tmp.glob("llama_cpp_python-*.tar.gz"))
+            if dl.returncode != 0 or not sdists:
+                raise BuildError(f"pip download llama-cpp-python=={version} failed:\n{dl.stderr[-2000:]}")
+            source = sdists[0]
+        src = unpack_source(Path(source), tmp / "src")
         bld = tmp / "build"
-        _log("configuring (cmake)")
-        _run(["cmake", "-S", str(src), "-B", str(bld), *CMAKE_FLAGS])
-        _log(f"building the llama-server target with {jobs or os.cpu_count()} jobs (about 5 minutes on 2 cores)")
+        _log(f"configuring (cmake{', CUDA' if cuda else ''})")
+        _run(["cmake", "-S", str(src), "-B", str(bld), *flags])
+        _log(f"building the llama-server target with {jobs or os.cpu_count()} jobs")
         _run(["cmake", "--build", str(bld), "-j", str(jobs or os.cpu_count() or 2), "--target", "llama-server"])
         binary = bld / "bin" / "llama-server"
         if not binary.exists():
@@ -95,12 +143,13 @@ def _run(argv: list[str]) -> None:
         raise BuildError(f"{' '.join(argv[:3])} ... failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
 
 
-def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHAPE) -> Path:
-    """A deterministic random-weights llama GGUF with a SentencePiece-style vocabulary: every 'wNNN' is one token."""
+def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False) -> Path:
+    """A deterministic random-weights llama GGUF with a SentencePiece-style vocabulary: every 'wNNN' is one token.
+    `f16`: matrices in F16 (norms stay F32), as a GPU model is served."""
     import numpy as np
     from gguf import GGUFWriter, TokenType
 
-    path = Path(path or model_path(shape))
+    path = Path(path or model_path(shape, f16))
     if path.exists():
         return path
     n_embd, n_layer, n_ff = shape
@@ -140,7 +189,7 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(len(tokens))
-    w.add_file_type(0)
+    w.add_file_type(1 if f16 else 0)
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -155,6 +204,8 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     rng = np.random.default_rng(0)
 
     def rnd(*shape_):
+        if f16:  # float32 draws: twice as fast for 1.7 B weights (the F32 model's bytes stay as they always were)
+            return (rng.standard_normal(shape_, dtype=np.float32) * np.float32(0.02)).astype(np.float16)
         return (rng.standard_normal(shape_) * 0.02).astype(np.float32)
 
     n_vocab = len(tokens)
@@ -185,16 +236,25 @@ def main(argv: list[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="sglperf llamacpp", description="build llama-server / make the tiny model")
     ap.add_argument("what", choices=["build", "model", "paths"])
+    ap.add_argument("--cuda", action="store_true", help="build: the CUDA backend for the visible GPUs' architecture")
+    ap.add_argument("--source", type=Path, default=None,
+                    help="build: the llama-cpp-python sdist (or a trimmed tarball of its llama.cpp tree) instead of "
+                         "downloading it")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--size", choices=["tiny", "gpu"], default="tiny",
+                    help=f"model: tiny {MODEL_SHAPE} F32 for the CPU, gpu {GPU_MODEL_SHAPE} F16 (n_embd, n_layer, "
+                         f"n_ff)")
     a = ap.parse_args(argv)
     try:
         if a.what == "build":
-            print(build())
+            print(build(jobs=a.jobs, cuda=a.cuda, source=a.source))
         elif a.what == "model":
             t0 = time.monotonic()
-            print(make_model())
+            print(make_model(shape=GPU_MODEL_SHAPE, f16=True) if a.size == "gpu" else make_model())
             _log(f"model ready in {time.monotonic() - t0:.1f} s")
         else:
-            print(f"llama-server: {server_path()}\nmodel: {model_path()}")
+            print(f"llama-server: {server_path()}\nllama-server (CUDA): {server_path(cuda=True)}\n"
+                  f"model: {model_path()}\nmodel (gpu): {model_path(GPU_MODEL_SHAPE, True)}")
     except BuildError as e:
         print(f"sglperf llamacpp: {e}", file=sys.stderr)
         return 2

@@ -21,7 +21,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
-DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
+DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp",
+                              "gpu1": "gpu1-llamacpp"}
 
 
 class ProfileError(UsageError):
@@ -119,7 +120,7 @@ class Profile(Strict):
     name: str
     description: str = ""
     engine: str
-    marker: Literal["gpu8", "sim", "cpu_engine"]
+    marker: Literal["gpu8", "gpu1", "sim", "cpu_engine"]
     hardware: HardwareSection = HardwareSection()
     server: ServerSection
     workload: WorkloadSection

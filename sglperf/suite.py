@@ -29,7 +29,6 @@ from .redact import api_key_from_env, redact, redact_argv
 from .results import RunRecorder, ServerDoc, mark_abandoned
 from .verdict import Ceiling, decides_floor
 
-DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp"}
 
 
 @dataclass(frozen=True)
@@ -201,7 +200,7 @@ class Suite:
     def profile_names(self) -> list[str]:
         if self.opts.profiles:
             return list(self.opts.profiles)
-        return [n for n in DEFAULT_PROFILE_FOR_MARKER.values() if n in profiles.available()]
+        return [n for n in profiles.DEFAULT_PROFILE_FOR_MARKER.values() if n in profiles.available()]
 
     def profile(self, name: str) -> profiles.Profile:
         if name not in self._profiles:
@@ -278,12 +277,12 @@ class Suite:
         prof = self.profile(pname)
         engine = prof.adapter()
         o = self.opts
+        template = prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), resolve=False)
         if not o.server_url:
             if prof.hardware.gpus:
                 gpu_preflight(prof.hardware)
-            engine.prepare()
+            engine.prepare(template)
         api_key = api_key_from_env()
-        template = prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), resolve=False)
         rec = self.recorder(prof)
         if o.server_url:
             server = launcher.external(engines.check_url(o.server_url), name=cname)

@@ -145,8 +145,14 @@ def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, flag, kinds):
 
 
 # 10. interrupted mid-level (SIGINT, SIGTERM) -------------------------------------------------------------------------
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig):
+def _as_background_job() -> None:
+    """What a non-interactive shell does to `cmd &`: SIGINT (and SIGQUIT) ignored in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig,background", [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                            (signal.SIGTERM, True)], ids=["SIGINT", "SIGTERM", "SIGTERM-background"])
+def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig, background):
     # No floor to decide and an unreachable CI target: the first level runs until it is interrupted.
     empty = tmp_path / "empty-baseline.json"
     empty.write_text(json.dumps({"schema_version": 1, "profile": "sim-ci", "hardware_class": "sim:ci", "isl": 32,
@@ -155,7 +161,7 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
            "--levels", "8,16", "--level-max-seconds", "60", "--ci-target", "0.0001", "--baseline-file", str(empty),
            "--reports-dir", str(tmp_path / "reports")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=user_env(**{TAG: str(tmp_path)}))
+                            env=user_env(**{TAG: str(tmp_path)}), preexec_fn=_as_background_job if background else None)
     runs = tmp_path / "reports" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait for a state: the level's requests reach the server

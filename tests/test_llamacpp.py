@@ -37,6 +37,56 @@ def test_a_missing_compiler_or_cmake_is_a_clear_error(tmp_path, monkeypatch):
         llamacpp.build()
 
 
+def test_the_tiny_models_bytes_never_change():
+    """Baselines were measured on this exact file: the F16 GPU variant must not change how the F32 one is made."""
+    path = llamacpp.model_path()
+    if not path.exists():
+        pytest.skip("the tiny model is not made here (sglperf llamacpp model)")
+    assert sha(path) == sha(llamacpp.make_model(path.parent / "again" / path.name))
+
+
+def test_the_gpu_model_is_f16_and_deterministic(tmp_path):
+    from gguf import GGUFReader
+
+    a = llamacpp.make_model(tmp_path / "a.gguf", shape=(64, 2, 128), f16=True)
+    b = llamacpp.make_model(tmp_path / "b.gguf", shape=(64, 2, 128), f16=True)
+    assert sha(a) == sha(b)
+    kinds = {t.name: t.tensor_type.name for t in GGUFReader(str(a)).tensors}
+    assert kinds["blk.0.ffn_up.weight"] == "F16" and kinds["blk.0.attn_norm.weight"] == "F32"
+
+
+def test_a_cuda_build_without_nvcc_or_a_gpu_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLPERF_CACHE", str(tmp_path))
+    monkeypatch.setattr(llamacpp, "_nvcc", lambda: None)
+    with pytest.raises(llamacpp.BuildError, match="--cuda needs the CUDA compiler: nvcc"):
+        llamacpp.build(cuda=True)
+    monkeypatch.setattr(llamacpp, "_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(llamacpp.shutil, "which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    with pytest.raises(llamacpp.BuildError, match="--cuda needs an NVIDIA GPU: nvidia-smi not found"):
+        llamacpp.build(cuda=True)
+    assert llamacpp.server_path(cuda=True) != llamacpp.server_path()  # the two builds are cached apart
+
+
+def test_a_source_tarball_must_hold_a_llama_cpp_tree(tmp_path):
+    import tarfile
+
+    tree = tmp_path / "t" / "llama.cpp"
+    (tree / "tools" / "server").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text("project(x)")
+    good = tmp_path / "good.tar.xz"
+    with tarfile.open(good, "w:xz") as tf:
+        tf.add(tree, arcname="llama.cpp")
+    assert llamacpp.unpack_source(good, tmp_path / "u").name == "llama.cpp"
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tf:
+        tf.add(tree / "CMakeLists.txt", arcname="CMakeLists.txt")
+    with pytest.raises(llamacpp.BuildError, match="no llama.cpp tree"):
+        llamacpp.unpack_source(bad, tmp_path / "v")
+    (tmp_path / "junk").write_text("not a tarball")
+    with pytest.raises(llamacpp.BuildError, match="not a readable tarball"):
+        llamacpp.unpack_source(tmp_path / "junk", tmp_path / "w")
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     binary, model = llamacpp.build(), llamacpp.make_model()

@@ -101,8 +101,9 @@ class Engine:
     series: dict[str, Series] = {}
     counts_at_completion = False  # its output counter moves when a request finishes, not per token
 
-    def prepare(self) -> None:
-        """Make what a launch needs (builds, models). Raises InfraError when it cannot."""
+    def prepare(self, argv: list[str]) -> None:
+        """Make what the launch template `argv` (placeholders unresolved) needs: builds, models. Raises InfraError
+        when it cannot."""
 
     def resolve(self, part: str) -> str:
         """A profile's placeholder as this machine spells it: "{python}" is this interpreter."""

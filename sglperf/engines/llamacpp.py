@@ -23,20 +23,33 @@ class LlamaCpp(Engine):
         "queued": Series("llamacpp:requests_deferred"),
     }
 
-    def prepare(self) -> None:
+    PLACEHOLDERS = ("{llama_server}", "{llama_server_cuda}", "{llamacpp_model}", "{llamacpp_model_gpu}")
+
+    def prepare(self, argv: list[str]) -> None:
+        """Build (CPU or CUDA) and make (tiny F32 or GPU-sized F16) what the launch template names."""
         from .. import llamacpp as build
 
         try:
-            build.build()
-            build.make_model()
+            for part in argv:
+                if part in self.PLACEHOLDERS:
+                    self._path(part, make=True)
         except build.BuildError as e:
             raise InfraError(str(e)) from None
 
-    def resolve(self, part: str) -> str:
-        if part in ("{llama_server}", "{llamacpp_model}"):
-            from .. import llamacpp as build
+    @staticmethod
+    def _path(part: str, make: bool = False) -> str:
+        from .. import llamacpp as build
 
-            return str(build.server_path() if part == "{llama_server}" else build.model_path())
+        if part in ("{llama_server}", "{llama_server_cuda}"):
+            cuda = part == "{llama_server_cuda}"
+            return str(build.build(cuda=cuda) if make else build.server_path(cuda=cuda))
+        gpu = part == "{llamacpp_model_gpu}"
+        shape = build.GPU_MODEL_SHAPE if gpu else build.MODEL_SHAPE
+        return str(build.make_model(shape=shape, f16=gpu) if make else build.model_path(shape, gpu))
+
+    def resolve(self, part: str) -> str:
+        if part in self.PLACEHOLDERS:
+            return self._path(part)
         return super().resolve(part)
 
     def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
