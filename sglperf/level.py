@@ -177,10 +177,14 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                     continue
                 next_check = now + spec.check_interval_s
                 snap = gen.snapshot(now)
-                res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
-                                   osl=workload.osl, policy=policy, now=now, server_samples=scraper.samples,
-                                   client_samples=monitor.samples, host_samples=host.samples,
-                                   gpu_samples=gpu.samples)
+                # Off the event loop: over a long, fast level this is O(every chunk so far) and, run on the loop,
+                # its own stall showed as client lag (53 ms p99 at 3,400 tok/s on the H200). In a thread the GIL's
+                # switch interval (5 ms) lets the loop keep sending.
+                res = await asyncio.to_thread(
+                    level_result, snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
+                    osl=workload.osl, policy=policy, now=now, server_samples=list(scraper.samples),
+                    client_samples=list(monitor.samples), host_samples=list(host.samples),
+                    gpu_samples=list(gpu.samples))
                 decision = res
                 if progress:
                     tokens = sum(r.output_tokens for r in snap)

@@ -21,11 +21,12 @@ from .categories import InfraError
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays
-# For a GPU: 1.66 B params, 3.3 GB F16. The tiny model on an H200 leaves the GPU idle between llama.cpp's per-step
-# host work (~6,000 tok/s at c64, bound by the client and the server's CPU side); this one makes each decode step
-# read 3.3 GB of weights and do ~0.2 TFLOP at batch 64, so the GPU's share of a step is what batching changes, and
-# its throughput stays within one client process's reach. Generated in seconds (float32 normals cast to F16).
-GPU_MODEL_SHAPE = (3072, 16, 8192)
+# For a GPU: 5.9 B params, 11.9 GB F16 (a Llama-7B-like width and depth). Measured on an H200 (docs/gpu-proof.md):
+# the tiny model leaves the GPU idle between llama.cpp's per-step host work (~6,000 tok/s); a 1.66 B one still ran
+# the GPU at ~33% utilisation (3,500 tok/s at c64: ~0.2 ms of host work per token). This one puts ~4x more GPU work
+# in each decode step, so the GPU's share of a step is what batching changes, and the output rate stays within one
+# client process's reach. The layers share one set of random matrices: made in seconds, same cost to serve.
+GPU_MODEL_SHAPE = (4096, 32, 11008)
 N_WORDS = 1021
 FIRST_WORD_ID = 272  # <unk> <s> </s>, 256 byte tokens, "▁", "w", "0".."9", "▁w", then "▁w0" ... "▁w1020"
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
@@ -212,17 +213,22 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     w.add_tensor("token_embd.weight", rnd(n_vocab, n_embd))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     w.add_tensor("output.weight", rnd(n_vocab, n_embd))
+    shared = None
     for i in range(n_layer):
         p = f"blk.{i}."
+        if shared is None or not f16:  # the F32 model's layers stay distinct (its bytes never change)
+            shared = dict(q=rnd(n_head * head_dim, n_embd), k=rnd(n_head_kv * head_dim, n_embd),
+                          v=rnd(n_head_kv * head_dim, n_embd), o=rnd(n_embd, n_head * head_dim),
+                          gate=rnd(n_ff, n_embd), up=rnd(n_ff, n_embd), down=rnd(n_embd, n_ff))
         w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(p + "attn_q.weight", rnd(n_head * head_dim, n_embd))
-        w.add_tensor(p + "attn_k.weight", rnd(n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_v.weight", rnd(n_head_kv * head_dim, n_embd))
-        w.add_tensor(p + "attn_output.weight", rnd(n_embd, n_head * head_dim))
+        w.add_tensor(p + "attn_q.weight", shared["q"])
+        w.add_tensor(p + "attn_k.weight", shared["k"])
+        w.add_tensor(p + "attn_v.weight", shared["v"])
+        w.add_tensor(p + "attn_output.weight", shared["o"])
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(p + "ffn_gate.weight", rnd(n_ff, n_embd))
-        w.add_tensor(p + "ffn_up.weight", rnd(n_ff, n_embd))
-        w.add_tensor(p + "ffn_down.weight", rnd(n_embd, n_ff))
+        w.add_tensor(p + "ffn_gate.weight", shared["gate"])
+        w.add_tensor(p + "ffn_up.weight", shared["up"])
+        w.add_tensor(p + "ffn_down.weight", shared["down"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

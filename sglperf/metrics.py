@@ -128,7 +128,7 @@ def batch_means(times: np.ndarray, tokens: np.ndarray, window: tuple[float, floa
     per_batch, _ = np.histogram(times[inside], bins=edges, weights=tokens[inside])
     rates = per_batch / (length / k)
     sd = rates.std(ddof=1)
-    if sd == 0:  # identical batches: lockstep cohorts, not precision; the CI is unknown
+    if sd <= 1e-9 * abs(rates.mean()):  # identical batches (to rounding): lockstep cohorts, not precision; unknown
         return float(rates.mean()), None, k
     half = float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))
     return float(rates.mean()), half, k

@@ -25,6 +25,13 @@ def test_identical_batches_give_an_unknown_interval_not_zero():
     times = np.arange(0.0, 10.0, 0.01)  # lockstep: the same tokens in every batch
     rate, half, k = batch_means(times, np.ones_like(times), (0.0, 10.0), 1.0, 5, 30)
     assert half is None and k == 10 and rate == pytest.approx(100.0)
+    # seen on the H200 (llama.cpp, 64 slots at c64): identical batches up to float rounding gave "± 0.0" (2.7e-13)
+    # (np.std of 14 equal rates is not exactly 0: the mean rounds)
+    k, length = 14, 0.55
+    mids = 0.1 + (np.arange(k) + 0.5) * length
+    assert np.full(k, 2053.59 / length).std(ddof=1) > 0
+    rate, half, n = batch_means(mids, np.full(k, 2053.59), (0.1, 0.1 + k * length), length, 5, 30)
+    assert n == k and half is None, f"{half} is rounding, not precision"
 
 
 def test_a_precision_miss_is_a_warning_and_the_level_stays_valid():
