@@ -139,7 +139,7 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
             out.setdefault(cname, {})[lv] = {metric: Entry(
                 metric=metric, value=round(float(value), 2), tolerance=tolerance, noise_cv=None, runs=1,
                 taken_at=run.finished or run.started, source=f"run {run.run_id}",
-                sglperf_version=run.sglperf_version, fingerprint=run.fingerprint or {},
+                sglperf_version=run.sglperf_version, fingerprint=run.config_fingerprint(cname),
                 note=(f"95% CI ±{r.sustained_output_tps_ci95:.1f}" if metric == "sustained_output_tps"
                       and r.sustained_output_tps_ci95 else None))}
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=run.profile, hardware_class=run.hardware_class,
@@ -222,7 +222,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
         out.setdefault(cname, {})[lv] = {metric: Entry(
             metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=len(vals),
             taken_at=now_iso(), source="runs " + ", ".join(r.run_id for r in runs),
-            sglperf_version=last.sglperf_version, fingerprint=last.fingerprint or {},
+            sglperf_version=last.sglperf_version, fingerprint=last.config_fingerprint(cname),
             note=f"tolerance = max({floor:.0%}, t(0.99, {len(vals) - 1}) x CV x sqrt(1 + 1/{len(vals)}))")}
         notes.append(f"{cname} c{lv}: mean {mean:,.1f}, CV {cv:.2%} over {len(vals)} runs -> tolerance {tol:.2%}")
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]

@@ -105,6 +105,18 @@ def level_disturbance(t0: float, host: list[HostSample], server: list[ServerSamp
                              label=f"GPU {idx} clock event ({', '.join(sorted({n for g in marked for n in _names(g)}))})")
         g_ax.set_ylim(bottom=0)
         g_ax.set_ylabel("SM clock (MHz)")
+        p_ax = g_ax.twinx()  # the load the clocks carry: power against its limit
+        for idx in sorted({g.index for g in gpus}):
+            mine = [g for g in gpus if g.index == idx and g.power_w is not None]
+            if mine:
+                p_ax.plot([g.time - t0 for g in mine], [g.power_w for g in mine], color="tab:gray", alpha=0.6,
+                          label=f"GPU {idx} power (W)")
+                limit = max((g.power_limit_w or 0) for g in mine)
+                if limit:
+                    p_ax.axhline(limit, color="tab:gray", ls=":", label=f"power limit {limit:.0f} W")
+        p_ax.set_ylim(bottom=0)
+        p_ax.set_ylabel("power (W)")
+        p_ax.legend(loc="upper right", fontsize=7)
     for row in axes:
         a = row[0]
         if r.window_start is not None:

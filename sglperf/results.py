@@ -47,8 +47,10 @@ class RunRecorder:
     def config(self, name: str) -> ConfigDoc:
         return self.doc.config(name)
 
-    def set_fingerprint(self, fingerprint: dict) -> None:
+    def set_fingerprint(self, fingerprint: dict, config: str | None = None) -> None:
         self.doc.fingerprint, self.doc.hardware_class = redact(fingerprint), fingerprint["hardware_class"]
+        if config is not None:
+            self.config(config).fingerprint = redact(fingerprint)
 
     def set_server(self, config: str, server: ServerDoc) -> None:
         self.config(config).server = ServerDoc.model_validate(redact(server.model_dump()))

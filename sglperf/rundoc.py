@@ -80,6 +80,8 @@ class ABDoc(Strict):
 class ConfigDoc(Strict):
     levels: dict[str, LevelDoc] = {}  # type: ignore[valid-type]
     server: ServerDoc | None = None
+    # this config's own fingerprint: its server args differ from the other configs' (the run's is the last one's)
+    fingerprint: dict[str, Any] | None = None
     plateau: PlateauDoc | None = None
     problems: list[str] = []
     teardown: dict[str, Any] | None = None
@@ -108,6 +110,14 @@ class RunDoc(Strict):
 
     def config(self, name: str) -> ConfigDoc:
         return self.configs.setdefault(name, ConfigDoc())
+
+    def config_fingerprint(self, name: str) -> dict[str, Any]:
+        """What a baseline entry of this config keeps: the config's own fingerprint. Files written before configs had
+        one hold only the run's, whose server args are the last config's: those are left out, not misattributed."""
+        c = self.configs.get(name)
+        if c is not None and c.fingerprint:
+            return c.fingerprint
+        return {k: v for k, v in (self.fingerprint or {}).items() if k not in ("server_args", "server_args_hash")}
 
 
 class HistoryLevel(Strict):

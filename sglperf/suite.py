@@ -331,7 +331,7 @@ class Suite:
         run = ConfigRun(self, prof, cname, engine, server, target, workload, info,
                         engine.ceiling(info, w.isl, w.osl), fp, lock)
         rec = self.recorder(prof)
-        rec.set_fingerprint(fp)
+        rec.set_fingerprint(fp, cname)
         rec.set_server(cname, ServerDoc(
             url=server.url, argv=server.display_argv, log=run.log_path, server_info=info,
             ceiling=run.ceiling.__dict__ if run.ceiling else None,

@@ -175,3 +175,34 @@ def test_two_processes_updating_one_baseline_both_land_intact(tmp_path):
     bf = baselines.load(path)
     assert set(bf.configs) == {"c0", "c1"}
     assert not list(tmp_path.glob(".b.json.*.tmp")), "no half-written temp file is left"
+
+
+def test_each_configs_entries_keep_that_configs_server_args():
+    """A run opens one server per config; a baseline entry must not carry another config's arguments (else every
+    floor message but the last config's would say its arguments changed)."""
+    doc = run_doc("r1", {8: result(8, value=1000.0)}, fingerprint={"driver": "580", "server_args": "--parallel 64"})
+    doc.configs["rr24-cds4"].fingerprint = {"driver": "580", "server_args": "--parallel 32"}
+    doc.configs["rr64-cds8"] = doc.configs["rr24-cds4"].model_copy(update={"fingerprint": None})
+    assert doc.config_fingerprint("rr24-cds4")["server_args"] == "--parallel 32"
+    # a file from before configs had their own: the run's server args belong to its last config, so none are kept
+    assert doc.config_fingerprint("rr64-cds8") == {"driver": "580"}
+    bf = baselines.from_run(doc, tolerance=0.05, isl=32, osl=32)
+    assert bf.configs["rr24-cds4"]["8"]["sustained_output_tps"].fingerprint["server_args"] == "--parallel 32"
+    assert "server_args" not in bf.configs["rr64-cds8"]["8"]["sustained_output_tps"].fingerprint
+
+
+def test_the_h200_run_file_validates_and_holds_real_gpu_telemetry():
+    """The run file ci/gpu-proof.sh wrote on the lent H200 (tests/data/gpu): today's parser reads it, and what it
+    recorded of the GPU is what the GPU path produces."""
+    from sglperf.rundoc import load_run
+
+    run = load_run(Path(__file__).parent / "data" / "gpu" / "h200-gpu1-llamacpp-run.json")
+    fp = run.fingerprint
+    assert (fp["hardware_class"], fp["gpu_name"], fp["driver"], fp["cuda"], fp["gpu_indices"]) == \
+        ("1 x NVIDIA H200", "NVIDIA H200", "580.159.04", "13.0", [0])
+    for cname, c in run.configs.items():
+        assert c.teardown["gpu_release_s"] is not None and c.teardown["gpu_held_by"] == []
+        for lv, level in c.levels.items():
+            g = level.gpu["0"]
+            assert g["samples"] >= 5 and g["sm_mhz_mean"] == 1980.0 and 0 < g["power_w_mean"] < g["power_limit_w"]
+            assert level.disturbances == ()
