@@ -88,7 +88,8 @@ class ClientSample:
 @dataclass(frozen=True)
 class HostSample:
     """Cumulative CPU seconds at `time`: the whole host busy (all cores, idle and steal excluded), this client
-    process (with its children), the server's process tree; steal; and the 1-minute load average."""
+    process (with its children), the server's process tree; steal; the 1-minute load average; and memory pressure
+    (stall time, available memory, swap-ins) where the kernel reports it."""
 
     time: float
     busy_s: float
@@ -96,6 +97,9 @@ class HostSample:
     server_s: float
     steal_s: float
     load1: float
+    mem_stall_s: float | None = None  # /proc/pressure/memory "some" total: time any task waited for memory
+    mem_available_mb: float | None = None
+    swap_in_mb: float | None = None  # cumulative MB swapped in
 
 
 @dataclass(frozen=True)
