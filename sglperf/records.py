@@ -179,6 +179,10 @@ class LevelResult:
     # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.
     disturbances: tuple[str, ...] = ()
     gpu: dict = dataclasses.field(default_factory=dict)  # per GPU index: clocks, power, reasons' shares (gpu.py)
+    # requests/s and output tok/s of requests sent in the window that met the profile's SLO, and their share
+    goodput_rps: float | None = None
+    goodput_tps: float | None = None
+    slo_met_share: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
