@@ -1,10 +1,12 @@
-"""Per (config, level): the sustained-throughput floor from the baseline, and request health."""
+"""Per (config, level): the sustained-throughput floor and the latency ceilings from the baseline, and request
+health."""
 
 import pytest
 
 from fixtures.plugin import allure_on, evidence_on_failure
 from sglperf import fingerprint, report
 from sglperf.categories import INFRA, INVALID
+from sglperf.latency import check_ceiling
 from sglperf.verdict import check_floor
 
 
@@ -37,9 +39,9 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             pytest.skip(f"no baseline for {run.profile.name} on hardware class {run.hardware_class!r} ({path}): "
                         f"run `pytest perf_tests --profile {run.profile.name} --update-baselines`, review the "
                         f"candidate it writes beside that path, and commit it")
-        entries = bf.entries(run.name, level)
+        entries = {k: e for k, e in bf.entries(run.name, level).items() if not e.is_latency}
         if not entries:
-            pytest.skip(f"{path} has no entry for {run.name} c{level}")
+            pytest.skip(f"{path} has no throughput entry for {run.name} c{level}")
         verdicts = []
         for entry in entries.values():
             env = fingerprint.describe_diff(entry.fingerprint, run.fingerprint) if entry.fingerprint else ""
@@ -53,6 +55,39 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
         assert not regressions, "\n".join(v.message for v in regressions)
         undecided = [v for v in verdicts if v.outcome == "inconclusive"]
         if undecided:  # not a pass, not a regression: its own category
+            pytest.fail("\n".join(v.message for v in undecided), pytrace=False)
+
+
+def test_latency_ceilings(perf_config, level, perf_level, request):
+    """TTFT, TPOT, ITL and E2E percentiles at or below the baseline's ceilings, decided by their intervals; past
+    the KV ceiling only the decode-side latencies are judged (requests queue there by design)."""
+    run, m = perf_config, perf_level
+    if allure_on(request.config):
+        report.label_level(run.profile.name, run.name, level, f"c{level}: latency ceilings")
+    with evidence_on_failure(request, run):
+        bf, path = run.baseline()
+        entries = [e for e in (bf.entries(run.name, level).values() if bf else []) if e.is_latency]
+        if not entries:
+            pytest.skip(f"{path} holds no latency entry for {run.name} c{level} (`sglperf baseline calibrate "
+                        f"--metric latency RUN_FILES...` adds them)")
+        failure = run.level_failure(m)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        past = run.ceiling is not None and level > run.ceiling.effective
+        verdicts = [check_ceiling(m.records, m.result, e, where=f"{run.where} c{level}", baseline_source=str(path),
+                                  past_kv_ceiling=past,
+                                  env_diff=fingerprint.describe_diff(e.fingerprint, run.fingerprint)
+                                  if e.fingerprint else "") for e in entries]
+        print("\n".join(v.message for v in verdicts))
+        if allure_on(request.config):
+            report.attach_text("latency verdicts", "\n".join(v.message for v in verdicts))
+        if m.result.disturbances and any(v.outcome in ("regression", "inconclusive") for v in verdicts):
+            pytest.fail(f"{INVALID}: {run.where} c{level} cannot be judged against its latency ceilings: "
+                        + "; ".join(m.result.disturbances), pytrace=False)
+        regressions = [v for v in verdicts if v.outcome == "regression"]
+        assert not regressions, "\n".join(v.message for v in regressions) + f"\nServer log: {run.log_path}"
+        undecided = [v for v in verdicts if v.outcome == "inconclusive"]
+        if undecided:
             pytest.fail("\n".join(v.message for v in undecided), pytrace=False)
 
 

@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("runs", nargs="*", help="run files of the same profile and hardware")
     c.add_argument("--repeat", type=int, default=0, help="run the suite N times first (needs --profile)")
     c.add_argument("--profile", default=None)
-    c.add_argument("--metric", default="sustained_output_tps", choices=list(baselines.METRICS))
+    c.add_argument("--metric", action="append", default=None, choices=[*baselines.METRICS, "latency"],
+                   help="repeatable; default sustained_output_tps; `--metric latency` is every latency percentile")
     c.add_argument("--min-tolerance", type=float, default=baselines.MIN_TOLERANCE)
     c.add_argument("--file", default=None)
     c.add_argument("--dry-run", action="store_true")
@@ -107,8 +108,14 @@ def _main(args) -> int:
     if len(runs) < 2:
         raise baselines.BaselineError(f"calibrate needs at least 2 run files, got {len(runs)}")
     prof = profiles.load(runs[0].profile)
-    new, notes = baselines.calibrate(runs, metric=args.metric, isl=prof.workload.isl, osl=prof.workload.osl,
-                                     floor=args.min_tolerance)
-    print("\n".join(notes))
+    metrics = []
+    for m in args.metric or ["sustained_output_tps"]:
+        metrics += list(baselines.LATENCY_METRICS) if m == "latency" else [m]
+    new = None
+    for metric in metrics:
+        part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
+                                          floor=args.min_tolerance)
+        print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
+        new = baselines.merge(new, part)
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)
     return 0

@@ -20,8 +20,12 @@ from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 SCHEMA_VERSION = 1
-METRICS = ("sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps")
-Metric = Literal["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps"]
+THROUGHPUT_METRICS = ("sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps")
+# latency percentiles (sglperf/latency.py): lower is better, so their entries hold a ceiling, not a floor
+LATENCY_METRICS = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms")
+METRICS = THROUGHPUT_METRICS + LATENCY_METRICS
+Metric = Literal["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps",
+                 "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms"]
 
 
 class BaselineError(UsageError):
@@ -44,6 +48,24 @@ class Entry(BaseModel):
     @property
     def floor(self) -> float:
         return self.value * (1 - self.tolerance)
+
+    @property
+    def ceiling(self) -> float:
+        """For latency metrics: value x (1 + tolerance), the same prediction bound on the other side."""
+        return self.value * (1 + self.tolerance)
+
+    @property
+    def is_latency(self) -> bool:
+        return self.metric in LATENCY_METRICS
+
+
+def metric_value(r, metric: str) -> float | None:
+    """A level result's value of a baseline metric (latency percentiles from its summaries)."""
+    if metric in LATENCY_METRICS:
+        from .latency import level_value
+
+        return level_value(r, metric)
+    return getattr(r, metric)
 
 
 class BaselineFile(BaseModel):
@@ -133,7 +155,7 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
         for lv, r in c.levels.items():
             if levels and int(lv) not in levels:
                 continue
-            value = getattr(r, metric)
+            value = metric_value(r, metric)
             if not r.valid or value is None:
                 continue
             out.setdefault(cname, {})[lv] = {metric: Entry(
@@ -208,8 +230,8 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     for r in runs:
         for cname, c in r.configs.items():
             for lv, res in c.levels.items():
-                if res.valid and getattr(res, metric) is not None:
-                    values.setdefault((cname, lv), []).append(float(getattr(res, metric)))
+                if res.valid and metric_value(res, metric) is not None:
+                    values.setdefault((cname, lv), []).append(float(metric_value(res, metric)))
                 else:
                     bad.add((cname, lv))
     out: dict[str, dict[str, dict[str, Entry]]] = {}

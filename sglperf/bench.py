@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stall-timeout", type=float, default=60.0)
     p.add_argument("--request-timeout", type=float, default=3600.0)
     p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between levels")
+    p.add_argument("--slo-ttft-ms", type=float, default=None,
+                   help="goodput: a request meets the SLO when its TTFT is at most this (and its TPOT at most "
+                        "--slo-tpot-ms, where given)")
+    p.add_argument("--slo-tpot-ms", type=float, default=None, help="goodput: TPOT bound of the SLO (ms)")
     p.add_argument("--json", dest="json_path", default=None, help="write the run as JSON")
     p.add_argument("--records", default=None, help="write per-request records as JSONL (.gz to compress)")
 
@@ -94,8 +98,10 @@ def fmt(x, spec=",.0f") -> str:
 
 
 def table(results: list[LevelResult]) -> str:
+    slo = any(r.slo_met_share is not None for r in results)
     head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} {'TTFT p50/p99 ms':>17} "
-            f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}  valid")
+            f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}"
+            f"{' goodput tok/s (met)' if slo else ''}  valid")
     rows = [head, "-" * len(head)]
     for r in results:
         lvl = f"c{r.concurrency}" if r.concurrency is not None else f"r{r.rate:g}"
@@ -105,10 +111,14 @@ def table(results: list[LevelResult]) -> str:
         ratio = fmt(r.server_ratio, ".3f")
         rows.append(f"{lvl:>7} {sus:>21} {fmt(r.sustained_total_tps):>8} {fmt(r.whole_run_output_tps):>9} "
                     f"{fmt(r.peak_output_tps):>7} {ttft:>17} {fmt(r.tpot_ms.median, '.1f'):>8} {e2e:>9} "
-                    f"{fmt(r.achieved_concurrency, '.1f'):>6} {ratio:>7} {fmt(r.server_mean_running, '.0f'):>7}  "
-                    f"{'yes' if r.valid else 'NO: ' + '; '.join(r.invalid_reasons)}")
+                    f"{fmt(r.achieved_concurrency, '.1f'):>6} {ratio:>7} {fmt(r.server_mean_running, '.0f'):>7}"
+                    + (f" {fmt(r.goodput_tps)} ({fmt(r.slo_met_share and r.slo_met_share * 100, '.0f')}%)".rjust(20)
+                       if slo else "")
+                    + f"  {'yes' if r.valid else 'NO: ' + '; '.join(r.invalid_reasons)}")
     rows.append("sustained = steady-state window, ±95% CI (batch means); whole-run and peak as bench_serving defines "
-                "them (reported, never gated); server = client sustained / server's own count over the window")
+                "them (reported, never gated); server = client sustained / server's own count over the window"
+                + ("; goodput = output tok/s of requests sent in the window that met the SLO (met: their share)"
+                   if slo else ""))
     return "\n".join(rows)
 
 
@@ -134,7 +144,8 @@ async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) 
             print(f"sglperf bench: {n}", file=sys.stderr)
     ctx["engine"]["wire"] = target.wire.name
     ctx["engine"]["prompt_format"] = workload.prompt_format
-    policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio)
+    policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio,
+                               slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms)
     specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
                         stall_timeout_s=args.stall_timeout) for c in (args.levels or [8, 16, 32])]
              if not args.rates else

@@ -12,6 +12,7 @@ from enum import Enum
 
 class Category(Enum):
     REGRESSION = ("THROUGHPUT REGRESSION", "Throughput regression")
+    LATENCY = ("LATENCY REGRESSION", "Latency regression")
     PLATEAU = ("KV PLATEAU VIOLATED", "KV plateau violated")
     INCONCLUSIVE = ("INCONCLUSIVE", "Inconclusive (re-run; the level needed more time than allowed)")
     INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
@@ -31,7 +32,7 @@ class Category(Enum):
         return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
 
 
-REGRESSION, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE = (c.prefix for c in Category)
+REGRESSION, LATENCY, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE = (c.prefix for c in Category)
 
 
 class SglperfError(Exception):

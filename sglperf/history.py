@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from .baselines import LATENCY_METRICS, metric_value
 from .categories import UsageError
 from .fileio import lock_for
 from .records import SCHEMA_VERSION
@@ -45,7 +46,9 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
                 sustained_output_tps_ci95=r.sustained_output_tps_ci95 if ok else None,
                 sustained_total_tps=r.sustained_total_tps if ok else None,
                 whole_run_output_tps=r.whole_run_output_tps if ok else None,
-                ttft_p99_ms=r.ttft_ms.p99 if ok else None, disturbances=list(r.disturbances), gpu=dict(r.gpu)))
+                disturbances=list(r.disturbances), gpu=dict(r.gpu), goodput_rps=r.goodput_rps if ok else None,
+                goodput_tps=r.goodput_tps if ok else None,
+                **{m: (metric_value(r, m) if ok else None) for m in LATENCY_METRICS}))
     return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
                          engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,
                          status=run.status, fingerprint=run.fingerprint or {}, levels=levels)

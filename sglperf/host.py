@@ -2,7 +2,9 @@
 process tree, CPU stolen by the hypervisor, and the load average, sampled through the level like the server scrape.
 
 Why: a neighbour that takes the CPU (a pip install, another test run) slows the client or a CPU-bound server, and a
-level measured under it must be named INVALID with the cause in words, never reported as a regression.
+level measured under it must be named INVALID with the cause in words, never reported as a regression. Memory
+pressure does the same by other means (reclaim stalls, swapping): the kernel's pressure-stall information
+(/proc/pressure/memory, Linux >= 4.20) says how long tasks waited for memory; where it is missing, swap-ins say it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,33 @@ def _busy_and_steal() -> tuple[float, float]:
     steal = getattr(t, "steal", 0.0)
     total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is counted in user
     return total - idle - steal, steal
+
+
+PSI_MEMORY = "/proc/pressure/memory"
+
+
+def parse_psi_total(text: str) -> float | None:
+    """Seconds of the "some" line's total (microseconds) of a /proc/pressure file, or None."""
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for part in line.split():
+                if part.startswith("total="):
+                    return int(part[6:]) / 1e6
+    return None
+
+
+def _memory() -> tuple[float | None, float | None, float | None]:
+    try:
+        with open(PSI_MEMORY) as f:
+            stall = parse_psi_total(f.read())
+    except OSError:
+        stall = None
+    vm = psutil.virtual_memory()
+    try:
+        swap_in = psutil.swap_memory().sin / 2**20
+    except (psutil.Error, OSError, RuntimeError):
+        swap_in = None
+    return stall, vm.available / 2**20, swap_in
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -52,7 +81,8 @@ class HostMonitor:
         own_s = own.user + own.system + own.children_user + own.children_system
         if len(self.samples) % 10 == 0:  # finding the tree scans every process: every 5 s is enough
             self._pids = [p for p in self.server_pids() if p != self._me.pid]
-        return HostSample(self.clock(), busy, own_s, _cpu_seconds(self._pids), steal, os.getloadavg()[0])
+        return HostSample(self.clock(), busy, own_s, _cpu_seconds(self._pids), steal, os.getloadavg()[0],
+                          *_memory())
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -63,12 +93,17 @@ class HostMonitor:
                 pass
 
 
+MAX_MEM_STALL_SHARE = 0.10  # tasks waiting for memory more than 10% of the window
+MAX_SWAP_IN_MB_S = 10.0  # where the kernel has no pressure information: sustained swap-ins
+
+
 def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *, cores: int | None = None,
                 max_other_cores: float | None = None, max_steal_cores: float | None = None
                 ) -> tuple[dict, list[str]]:
-    """(numbers, reasons): other processes' and the hypervisor's share of the CPU inside the window, and why the
-    level is disturbed where they pass the thresholds: other processes > max(0.5 core, 25% of the cores), steal >
-    10% of the cores."""
+    """(numbers, reasons): other processes' and the hypervisor's share of the CPU inside the window, memory
+    pressure, and why the level is disturbed where they pass the thresholds: other processes > max(0.5 core, 25% of
+    the cores), steal > 10% of the cores, some task stalled on memory > 10% of the window (else, without pressure
+    information, swap-ins > 10 MB/s)."""
     cores = cores or os.cpu_count() or 1
     max_other = max_other_cores if max_other_cores is not None else max(0.5, 0.25 * cores)
     max_steal = max_steal_cores if max_steal_cores is not None else 0.1 * cores
@@ -93,5 +128,20 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
     if steal > max_steal:
         reasons.append(f"disturbed: the hypervisor stole {steal:.1f} cores of {cores} during the window "
                        f"(limit {max_steal:.1f})")
+    avail = [x.mem_available_mb for x in inside if x.mem_available_mb is not None]
+    if avail:
+        numbers["mem_available_mb_min"] = round(min(avail), 1)
+    if a.mem_stall_s is not None and b.mem_stall_s is not None:
+        stall = max(0.0, (b.mem_stall_s - a.mem_stall_s) / dt)
+        numbers["mem_stall_share"] = round(stall, 4)
+        if stall > MAX_MEM_STALL_SHARE:
+            reasons.append(f"disturbed: tasks waited for memory {stall:.0%} of the window (/proc/pressure/memory; "
+                           f"limit {MAX_MEM_STALL_SHARE:.0%})")
+    elif a.swap_in_mb is not None and b.swap_in_mb is not None:
+        swap = max(0.0, (b.swap_in_mb - a.swap_in_mb) / dt)
+        numbers["swap_in_mb_s"] = round(swap, 2)
+        if swap > MAX_SWAP_IN_MB_S:
+            reasons.append(f"disturbed: the host swapped in {swap:.0f} MB/s during the window (limit "
+                           f"{MAX_SWAP_IN_MB_S:.0f} MB/s)")
     return numbers, reasons
 

@@ -53,6 +53,32 @@ class MeasurementPolicy:
     max_lag_share_of_e2e: float = 0.05
     max_client_cpu_share: float = 0.90
     warn_lag_share_of_itl: float = 0.2
+    # The service-level objective goodput counts against (profile [slo]): a request meets it when its own TTFT and
+    # TPOT are at or below these (None: that bound is not set; both None: no goodput).
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+
+
+def goodput(records: list[RequestRecord], window: tuple[float, float] | None, policy: MeasurementPolicy
+            ) -> tuple[float | None, float | None, float | None]:
+    """(requests/s, output tok/s, share of requests) that met the SLO, over requests sent inside the window and
+    finished: the rate of useful work as a user with that SLO sees it (AIPerf's and GuideLLM's goodput)."""
+    if window is None or (policy.slo_ttft_ms is None and policy.slo_tpot_ms is None):
+        return None, None, None
+    s, e = window
+    sent = [r for r in records if r.ok and s <= r.send_time < e and r.first_token_time is not None]
+    if not sent:
+        return None, None, None
+    good = []
+    for r in sent:
+        ttft = (r.first_token_time - r.send_time) * 1e3
+        n = r.output_tokens
+        tpot = (r.end_time - r.first_token_time) / (n - 1) * 1e3 if n > 1 else 0.0
+        if (policy.slo_ttft_ms is None or ttft <= policy.slo_ttft_ms) and \
+                (policy.slo_tpot_ms is None or tpot <= policy.slo_tpot_ms):
+            good.append(r)
+    span = e - s
+    return len(good) / span, sum(r.output_tokens for r in good) / span, len(good) / len(sent)
 
 
 def summarize(values) -> Summary:
@@ -153,7 +179,8 @@ def time_average_inflight(records: list[RequestRecord], window: tuple[float, flo
     return float(((hi - lo) * count).sum() / (e - s))
 
 
-def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
+def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
+    """Per request (ITL: per token), in ms: TTFT, TPOT, ITL and E2E, as bench_serving defines them."""
     ttft, tpot, itl, e2e = [], [], [], []
     for r in records:
         first = r.first_token_time
@@ -171,8 +198,11 @@ def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
             gap = (t - prev) * 1e3 / k
             itl.extend([gap] * k)
             prev = t
-    return {"ttft_ms": summarize(ttft), "tpot_ms": summarize(tpot), "itl_ms": summarize(itl),
-            "e2e_ms": summarize(e2e)}
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2e_ms": e2e}
+
+
+def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
+    return {k: summarize(v) for k, v in latency_values(records).items()}
 
 
 def _interp(samples: list[ServerSample], attr: str, t: float) -> float | None:
@@ -345,6 +375,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         disturbed.append(f"disturbed: the simulator fell {behind:.0%} behind real time during the window (its engine "
                        f"could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
     server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
+    good_rps, good_tps, good_share = goodput(records, window, policy)
     achieved = time_average_inflight(records, window, now) if window else None
     return LevelResult(
         concurrency=target, rate=rate, isl=isl, osl=osl, valid=not reasons, invalid_reasons=tuple(reasons),
@@ -361,6 +392,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         requests_sent=sent, cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(now - t0) if records else 0.0, client_lag_p99_ms=lag, client_cpu_share=cpu,
         incomplete=incomplete, note=note, warnings=tuple(warns), host=host_numbers, sim_behind_share=behind,
-        disturbances=tuple(disturbed), gpu=gpu_numbers,
+        disturbances=tuple(disturbed), gpu=gpu_numbers, goodput_rps=good_rps, goodput_tps=good_tps,
+        slo_met_share=good_share,
         count_source=Counter(r.count_source for r in ok).most_common(1)[0][0] if ok else None,
     )

@@ -83,6 +83,10 @@ def level_disturbance(t0: float, host: list[HostSample], server: list[ServerSamp
         ax.plot(t[1:], np.maximum(busy - client - server_s, 0) / dt, color="tab:red", label="other processes (cores)")
         ax.plot(t[1:], steal / dt, color="tab:purple", label="stolen by the hypervisor (cores)")
         ax.plot(t[1:], client / dt, color="tab:blue", alpha=0.5, label="the client (cores)")
+        stalls = [x.mem_stall_s for x in host]
+        if all(x is not None for x in stalls):
+            ax.plot(t[1:], np.diff(np.array(stalls)) / dt, color="tab:brown",
+                    label="tasks waiting for memory (share of time)")
     lag = [(s.time - t0, s.sim_behind_s_total, s.sim_engine_s_total) for s in server
            if s.sim_behind_s_total is not None and s.sim_engine_s_total is not None]
     if len(lag) > 1:

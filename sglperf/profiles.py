@@ -96,6 +96,14 @@ class MeasurementSection(Strict):
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
 
 
+class SloSection(Strict):
+    """The service-level objective goodput counts against: per request, TTFT and TPOT at or below these (ms). Named
+    for the percentile the SLO is meant at (MLPerf's server scenario caps p99 TTFT and TPOT)."""
+
+    ttft_ms_p99: float | None = Field(None, gt=0)
+    tpot_ms_p99: float | None = Field(None, gt=0)
+
+
 class HardwareSection(Strict):
     """What the profile needs: `gpus` GPUs whose name contains `gpu_kind` (none for CPU engines and the simulator).
     The preflight checks it; without such GPUs every item skips with the reason."""
@@ -125,6 +133,7 @@ class Profile(Strict):
     server: ServerSection
     workload: WorkloadSection
     measurement: MeasurementSection = MeasurementSection()
+    slo: SloSection | None = None
     levels: list[int]
     configs: list[ConfigSection]
     ab: ABSection | None = None

@@ -88,7 +88,8 @@ class ClientSample:
 @dataclass(frozen=True)
 class HostSample:
     """Cumulative CPU seconds at `time`: the whole host busy (all cores, idle and steal excluded), this client
-    process (with its children), the server's process tree; steal; and the 1-minute load average."""
+    process (with its children), the server's process tree; steal; the 1-minute load average; and memory pressure
+    (stall time, available memory, swap-ins) where the kernel reports it."""
 
     time: float
     busy_s: float
@@ -96,6 +97,9 @@ class HostSample:
     server_s: float
     steal_s: float
     load1: float
+    mem_stall_s: float | None = None  # /proc/pressure/memory "some" total: time any task waited for memory
+    mem_available_mb: float | None = None
+    swap_in_mb: float | None = None  # cumulative MB swapped in
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,10 @@ class LevelResult:
     # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.
     disturbances: tuple[str, ...] = ()
     gpu: dict = dataclasses.field(default_factory=dict)  # per GPU index: clocks, power, reasons' shares (gpu.py)
+    # requests/s and output tok/s of requests sent in the window that met the profile's SLO, and their share
+    goodput_rps: float | None = None
+    goodput_tps: float | None = None
+    slo_met_share: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

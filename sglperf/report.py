@@ -65,6 +65,9 @@ def measured_parameters(r: LevelResult) -> None:
                         ("whole-run output tok/s", fmt(r.whole_run_output_tps)),
                         ("peak output tok/s", fmt(r.peak_output_tps)),
                         ("TTFT p99 ms", fmt(r.ttft_ms.p99)),
+                        ("TPOT p99 ms", fmt(r.tpot_ms.p99)),
+                        ("goodput tok/s (SLO met)", "-" if r.goodput_tps is None else
+                         f"{fmt(r.goodput_tps)} ({r.slo_met_share:.0%})"),
                         ("server/client ratio", fmt(r.server_ratio, ".4f")),
                         ("valid", "yes" if r.valid else "no: " + "; ".join(r.invalid_reasons))):
         allure.dynamic.parameter(name, value, excluded=True)

@@ -130,6 +130,13 @@ class HistoryLevel(Strict):
     sustained_total_tps: float | None = None
     whole_run_output_tps: float | None = None
     ttft_p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    goodput_rps: float | None = None
+    goodput_tps: float | None = None
     disturbances: list[str] = []
     gpu: dict[str, Any] = {}  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
 

@@ -220,7 +220,10 @@ class Suite:
 
     def policy(self, profile: profiles.Profile) -> MeasurementPolicy:
         m = profile.measurement
-        return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, steady_state_ratio=m.steady_state_ratio)
+        slo = profile.slo
+        return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, steady_state_ratio=m.steady_state_ratio,
+                                 slo_ttft_ms=slo.ttft_ms_p99 if slo else None,
+                                 slo_tpot_ms=slo.tpot_ms_p99 if slo else None)
 
     def recorder(self, profile: profiles.Profile) -> RunRecorder:
         if profile.name not in self.recorders:
@@ -435,7 +438,9 @@ class Suite:
             if not r.valid:
                 continue  # an invalid level is never a data point
             start, stop = m.extra.get("epoch_ms", (0, 0))
-            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_p99", r.ttft_ms.p99)):
+            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_p99", r.ttft_ms.p99),
+                                ("tpot_p99", r.tpot_ms.p99), ("goodput_tps", r.goodput_tps),
+                                ("goodput_rps", r.goodput_rps)):
                 if value is not None:
                     key = report.metric_key(kind, pname, cname, level)
                     entries.append({"id": key, "key": key, "value": round(value, 3), "start": start, "stop": stop})

@@ -206,3 +206,33 @@ def test_the_h200_run_file_validates_and_holds_real_gpu_telemetry():
             g = level.gpu["0"]
             assert g["samples"] >= 5 and g["sm_mhz_mean"] == 1980.0 and 0 < g["power_w_mean"] < g["power_limit_w"]
             assert level.disturbances == ()
+
+
+def test_the_seeds_tpot_is_information_not_a_ceiling():
+    bf = baselines.load(SEED)
+    assert not any(e.is_latency for lvls in bf.configs.values() for m in lvls.values() for e in m.values())
+    note = bf.configs["rr2048-cds8"]["3072"]["whole_run_output_tps"].note
+    assert "mean TPOT of 905 ms" in note and "information, not a ceiling" in note
+
+
+def test_latency_entries_are_calibrated_beside_the_throughput_ones(tmp_path):
+    import dataclasses
+
+    from sglperf.records import Summary
+
+    files = []
+    for i, (v, ttft) in enumerate([(1000, 100.0), (1020, 104.0), (980, 98.0), (1010, 101.0)]):
+        r = dataclasses.replace(result(8, value=float(v)), ttft_ms=Summary(ttft, ttft, ttft, ttft * 3, 800))
+        f = tmp_path / f"r{i}.json"
+        f.write_text(run_doc(f"r{i}", {8: r}).model_dump_json())
+        files.append(str(f))
+    target = tmp_path / "base.json"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", *files, "--file", str(target),
+                        "--metric", "sustained_output_tps", "--metric", "latency"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    m = baselines.load(target).configs["rr24-cds4"]["8"]
+    assert m["sustained_output_tps"].floor < m["sustained_output_tps"].value
+    t = m["ttft_p50_ms"]
+    assert t.is_latency and t.value == pytest.approx(100.75) and t.ceiling > t.value
+    assert m["ttft_p99_ms"].value == pytest.approx(302.25)

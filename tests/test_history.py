@@ -78,3 +78,21 @@ def test_two_processes_appending_at_once_both_land_intact(tmp_path):
         warnings.simplefilter("error")  # no torn line at all
         recs = history.read(path)
     assert len(recs) == 100 and {r["run_id"].split("-")[0] for r in recs} == {"a", "b"}
+
+
+def test_latency_percentiles_and_goodput_go_into_history_and_drift_can_follow_them(tmp_path):
+    import dataclasses
+
+    from sglperf import drift
+    from sglperf.records import Summary
+
+    path = tmp_path / "h.jsonl"
+    for i, ttft in enumerate([100.0] * 6 + [150.0] * 6):
+        r = dataclasses.replace(result(8, value=1000.0), ttft_ms=Summary(ttft, ttft, ttft, ttft * 2, 500),
+                                goodput_tps=900.0 if ttft < 120 else 600.0, goodput_rps=9.0)
+        history.append(path, history.record_from_run(run_doc(f"r{i:02d}", {8: r})))
+    rec = history.read(path)[0]["levels"][0]
+    assert (rec["ttft_p50_ms"], rec["ttft_p99_ms"], rec["goodput_tps"]) == (100.0, 200.0, 900.0)
+    cps = drift.detect(history.read(path), metric="ttft_p50_ms")
+    assert len(cps) == 1 and cps[0].change == pytest.approx(0.5) and cps[0].index == 6
+    assert drift.detect(history.read(path), metric="goodput_tps")[0].change == pytest.approx(-1 / 3)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sglperf import baselines
-from sglperf.host import disturbance
+from sglperf.host import HostMonitor, disturbance, parse_psi_total
 from sglperf.metrics import MeasurementPolicy, batch_means, level_result
 from sglperf.records import HostSample
 from sglperf.verdict import floor_outcome
@@ -55,6 +55,30 @@ def test_other_processes_taking_the_cpu_make_the_level_invalid_in_words():
                        "server's processes excluded; limit 0.5)"]
     _, reasons = disturbance([host(0, 0.0), host(10, 5.0, client=4.0, steal=3.0)], (0, 10), cores=2)
     assert reasons == ["disturbed: the hypervisor stole 0.3 cores of 2 during the window (limit 0.2)"]
+
+
+def test_memory_pressure_makes_the_level_invalid_in_words():
+    def mem(t, stall=None, swap=None):
+        return HostSample(t, 0.0, 0.0, 0.0, 0.0, 1.0, mem_stall_s=stall, mem_available_mb=512.0 - t,
+                          swap_in_mb=swap)
+
+    numbers, reasons = disturbance([mem(0, stall=100.0), mem(10, stall=100.5)], (0, 10), cores=2)
+    assert reasons == [] and numbers["mem_stall_share"] == pytest.approx(0.05)
+    assert numbers["mem_available_mb_min"] == 502.0
+    _, reasons = disturbance([mem(0, stall=100.0), mem(10, stall=102.3)], (0, 10), cores=2)
+    assert reasons == ["disturbed: tasks waited for memory 23% of the window (/proc/pressure/memory; limit 10%)"]
+    # a kernel without pressure information: sustained swap-ins say it instead
+    _, reasons = disturbance([mem(0, swap=0.0), mem(10, swap=400.0)], (0, 10), cores=2)
+    assert reasons == ["disturbed: the host swapped in 40 MB/s during the window (limit 10 MB/s)"]
+
+
+def test_the_kernels_pressure_file_is_read_as_seconds_stalled():
+    text = ("some avg10=5.98 avg60=5.63 avg300=2.01 total=576582294\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")  # this machine's /proc/pressure/cpu
+    assert parse_psi_total(text) == pytest.approx(576.582294)
+    assert parse_psi_total("") is None
+    sample = HostMonitor(lambda: 1.0).sample()  # the real host: every field read, none invented
+    assert sample.mem_available_mb and sample.mem_available_mb > 0
 
 
 def test_simulated_false_alarms_and_power_of_the_interval_floor():

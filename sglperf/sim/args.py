@@ -1,5 +1,5 @@
 """The simulator's command line: SGLang 0.5.23's names, types and defaults for the flags the suite passes, plus
-simulator-only flags (`--preset`, `--time-scale`, `--slowdown`, `--noise-cv`, `--fault-*`).
+simulator-only flags (`--preset`, `--time-scale`, `--slowdown`, `--prefill-slowdown`, `--noise-cv`, `--fault-*`).
 
 Why argparse with allow_abbrev: SGLang's parser is a plain ArgumentParser, so prefixes like `--tp 8` work and an
 unknown flag exits 2 with "unrecognized arguments" -- the launcher's error handling is exercised on the same codes.
@@ -47,6 +47,13 @@ def positive(value: str) -> float:
     x = float(value)
     if x <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return x
+
+
+def non_negative(value: str) -> float:
+    x = float(value)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return x
 
 
@@ -100,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the latencies of the simulated system")
     s.add_argument("--slowdown", type=positive, default=1.0,
                    help="engine throughput factor: 0.85 plays a 15%% regression (every step takes 1/0.85 as long)")
+    s.add_argument("--prefill-slowdown", type=non_negative, default=0.0, metavar="F",
+                   help="prefill steps take (1 + F) as long, decode steps unchanged: 0.5 plays a prefill kernel "
+                        "50%% slower (TTFT grows, throughput barely moves)")
     s.add_argument("--noise-cv", type=float, default=0.0,
                    help="coefficient of variation of step times, and of one run-wide factor drawn at start")
     s.add_argument("--fault-crash-after", type=float, default=None, metavar="SECONDS")

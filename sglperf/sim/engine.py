@@ -71,6 +71,7 @@ class EngineConfig:
     new_token_ratio_decay: float = 0.0
     max_queued_requests: int | None = None
     slowdown: float = 1.0  # throughput factor: 0.85 -> every step takes 1/0.85 as long
+    prefill_slowdown: float = 0.0  # prefill steps only take (1 + this) as long: a latency regression at equal decode
     noise_cv: float = 0.0
     seed: int = 0
 
@@ -298,7 +299,7 @@ class Engine:
     def _prefill(self, batch: list[tuple[SimRequest, int]], overhead: float) -> StepResult:
         tokens = sum(n for _, n in batch)
         start = self.now
-        duration = self._noisy(overhead + self.config.step_time.prefill(tokens))
+        duration = self._noisy(overhead + self.config.step_time.prefill(tokens) * (1 + self.config.prefill_slowdown))
         self.now += duration
         events = []
         for r, n in batch:

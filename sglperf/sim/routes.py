@@ -205,7 +205,8 @@ def build_app(srv: SimServer) -> web.Application:
             sglperf_simulator={"preset": srv.preset.name, "description": srv.preset.description,
                                "engine_seconds": srv.engine_s, "behind_seconds": srv.behind_s,
                                "gpu_name": srv.preset.gpu_name, "time_scale": a.time_scale,
-                               "slowdown": a.slowdown, "noise_cv": a.noise_cv},
+                               "slowdown": a.slowdown, "prefill_slowdown": a.prefill_slowdown,
+                               "noise_cv": a.noise_cv},
         )
         return info
 

@@ -126,6 +126,7 @@ class SimServer:
             init_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             min_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             max_queued_requests=a.max_queued_requests, slowdown=a.slowdown, noise_cv=a.noise_cv,
+            prefill_slowdown=a.prefill_slowdown,
             seed=res.random_seed,
         )
         self.engine = Engine(cfg)

@@ -1,0 +1,117 @@
+"""Latency ceilings per level: TTFT, TPOT, ITL and E2E percentiles against baselines, decided by intervals.
+
+Why intervals, and which: a percentile from one level is an order statistic; its 95% interval comes from the
+binomial distribution of how many requests fall below the true percentile (distribution-free, exact coverage >= 95%).
+A p99 needs at least 368 requests before its interval has an upper end (1 - 0.99^n >= 0.975), so a level with fewer
+cannot pass a p99 ceiling: it is inconclusive unless even the lower end is past the ceiling. ITL percentiles pool
+every token's gap; tokens of one request are correlated, so the interval is narrower than it should be: ITL verdicts
+need a margin that the baseline's run-to-run tolerance supplies.
+
+Past the KV ceiling requests queue by design, so TTFT and E2E grow with the level (the seed's 3072 run: mean TPOT
+905 ms with throughput flat); there the suite judges only TPOT and ITL, the decode-side latencies a driver or kernel
+can move, and records TTFT and E2E as information.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .categories import INCONCLUSIVE, LATENCY
+from .metrics import latency_values
+from .records import LevelResult, RequestRecord
+
+# metric -> (per-request series, quantile)
+METRICS = {"ttft_p50_ms": ("ttft_ms", 0.50), "ttft_p99_ms": ("ttft_ms", 0.99),
+           "tpot_p50_ms": ("tpot_ms", 0.50), "tpot_p99_ms": ("tpot_ms", 0.99),
+           "itl_p99_ms": ("itl_ms", 0.99), "e2e_p50_ms": ("e2e_ms", 0.50)}
+QUEUEING = ("ttft_ms", "e2e_ms")  # grow with the queue past the ceiling: not judged there
+
+
+def level_value(r: LevelResult, metric: str) -> float | None:
+    """The level result's own number for a latency metric (what baselines and history keep)."""
+    series, q = METRICS[metric]
+    s = getattr(r, series)
+    return s.median if q == 0.5 else s.p99
+
+
+def percentile_interval(values, q: float, conf: float = 0.95) -> tuple[float | None, float | None, float | None]:
+    """(estimate, lower, upper) of the q-quantile: order statistics x(l) <= x(u) with binomial coverage >= conf.
+    An end the sample cannot give (too few values) is None."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = x.size
+    if n == 0:
+        return None, None, None
+    alpha = 1 - conf
+    lo = int(stats.binom.ppf(alpha / 2, n, q))  # x(lo) (1-based) is below the quantile with prob <= alpha/2
+    hi = int(stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    est = float(np.percentile(x, q * 100))
+    return est, (float(x[lo - 1]) if lo >= 1 else None), (float(x[hi - 1]) if hi <= n else None)
+
+
+def min_requests(q: float, conf: float = 0.95) -> int:
+    """How many values a q-quantile needs before its interval has an upper end."""
+    return int(np.ceil(np.log((1 - conf) / 2) / np.log(q)))
+
+
+def ceiling_outcome(lo: float | None, hi: float | None, ceiling: float) -> str:
+    """All of the interval at or below the ceiling passes, all of it above is a regression, else inconclusive."""
+    if lo is not None and lo > ceiling:
+        return "regression"
+    if hi is not None and hi <= ceiling:
+        return "pass"
+    return "inconclusive"
+
+
+def window_records(records: list[RequestRecord], r: LevelResult) -> list[RequestRecord]:
+    """The requests the level's latency summaries describe: successful ones sent inside its window."""
+    ok = [x for x in records if x.ok]
+    if r.window_start is None:
+        return ok
+    inside = [x for x in ok if r.window_start <= x.send_time < r.window_end]
+    return inside or ok
+
+
+@dataclass(frozen=True)
+class LatencyVerdict:
+    outcome: str  # "pass" | "regression" | "inconclusive" | "not judged"
+    metric: str
+    value: float | None
+    lower: float | None
+    upper: float | None
+    ceiling: float
+    n: int
+    message: str
+
+
+def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where: str, baseline_source: str,
+                  past_kv_ceiling: bool = False, env_diff: str = "") -> LatencyVerdict:
+    """One latency entry (value, tolerance: ceiling = value x (1 + tolerance)) against the level's requests."""
+    series, q = METRICS[entry.metric]
+    values = latency_values(window_records(records, r))[series]
+    est, lo, hi = percentile_interval(values, q)
+    ceiling = entry.ceiling
+    n = len(values)
+
+    def f(x):
+        return "?" if x is None else f"{x:,.1f}"
+
+    body = (f"{where}: {entry.metric} {f(est)} ms (95% interval {f(lo)}–{f(hi)}, {n} "
+            f"{'tokens' if series == 'itl_ms' else 'requests'}); ceiling {ceiling:,.1f} = baseline {entry.value:,.1f}"
+            f" x (1 + {entry.tolerance:.1%}); baseline: {baseline_source} (taken {entry.taken_at} from "
+            f"{entry.source})")
+    if past_kv_ceiling and series in QUEUEING:
+        return LatencyVerdict("not judged", entry.metric, est, lo, hi, ceiling, n,
+                              body + "; past the KV ceiling requests queue by design: recorded, not judged")
+    outcome = ceiling_outcome(lo, hi, ceiling)
+    if outcome == "inconclusive" and hi is None:
+        body += (f"; {n} are too few for an upper end of the p{q * 100:g} interval (it needs "
+                 f"{min_requests(q)}): give the level more time")
+    elif outcome == "inconclusive":
+        body += "; the 95% interval straddles the ceiling: re-run, or give the level more time"
+    if env_diff:
+        body += f"; {env_diff}"
+    prefix = {"pass": "", "regression": f"{LATENCY}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
+    return LatencyVerdict(outcome, entry.metric, est, lo, hi, ceiling, n, prefix + body)

@@ -1,0 +1,145 @@
+"""Latency ceilings: percentile intervals from order statistics, the ceiling verdict, what is judged past the KV
+ceiling, the calibrated false-alarm rate, goodput, and the simulator's prefill-only slowdown."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sglperf import baselines
+from sglperf.baselines import Entry
+from sglperf.bench import table
+from sglperf.latency import ceiling_outcome, check_ceiling, min_requests, percentile_interval
+from sglperf.metrics import MeasurementPolicy, goodput, level_result
+from sglperf.records import RequestRecord
+from sglperf.sim.calibrate import engine_config
+from sglperf.sim.engine import Engine
+from sglperf.sim.presets import PRESETS
+
+
+def entry(metric, value, tol=0.2):
+    return Entry(metric=metric, value=value, tolerance=tol, taken_at="2026-11-30", source="runs a, b",
+                 sglperf_version="0.1.0")
+
+
+def rec(i, send, ttft, tpot, n=16):
+    first = send + ttft
+    times = tuple(first + k * tpot for k in range(n))
+    return RequestRecord(i, send, times[-1], 32, n, times, (1,) * n, finish_reason="length")
+
+
+def closed_loop(c, life, until, tokens, ttft):
+    """c workers sending back-to-back requests of `life` seconds whose first token comes after `ttft`."""
+    out, i = [], 0
+    for _ in range(c):
+        t = 0.0
+        while t + life <= until:
+            out.append(rec(i, t, ttft, (life - ttft) / (tokens - 1), tokens))
+            i += 1
+            t += life + 0.001
+    return out
+
+
+def test_a_p99_needs_368_values_before_its_interval_has_an_upper_end():
+    assert min_requests(0.99) == 368 and min_requests(0.5) == 6
+    x = np.arange(1, 301, dtype=float)
+    est, lo, hi = percentile_interval(x, 0.99)
+    assert hi is None and lo is not None and lo < est
+    est, lo, hi = percentile_interval(np.arange(1, 1001, dtype=float), 0.99)
+    assert lo < est < hi and hi <= 1000
+    assert percentile_interval(np.arange(367.0), 0.99)[2] is None and percentile_interval(np.arange(368.0), 0.99)[2]
+
+
+def test_the_percentile_interval_covers_the_true_p99_at_least_95_percent_of_the_time():
+    rng = np.random.default_rng(3)
+    true = float(np.exp(0.0 + 0.5 * 2.3263))  # lognormal(0, 0.5): its p99
+    hits = 0
+    for _ in range(2000):
+        _, lo, hi = percentile_interval(rng.lognormal(0.0, 0.5, 800), 0.99)
+        hits += lo <= true <= hi
+    assert hits / 2000 >= 0.95
+
+
+def test_the_ceiling_is_decided_by_the_interval():
+    assert ceiling_outcome(80.0, 95.0, 100.0) == "pass"
+    assert ceiling_outcome(101.0, 130.0, 100.0) == "regression"
+    assert ceiling_outcome(90.0, 110.0, 100.0) == "inconclusive"
+    assert ceiling_outcome(90.0, None, 100.0) == "inconclusive", "no upper end: never a pass"
+    assert ceiling_outcome(120.0, None, 100.0) == "regression", "even the lower end is past it"
+
+
+def test_a_slower_ttft_is_a_latency_regression_naming_it_and_a_queue_past_the_kv_ceiling_is_not():
+    recs = closed_loop(8, 1.0, 60.0, tokens=16, ttft=0.3)
+    r = level_result(recs, target=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    v = check_ceiling(recs, r, entry("ttft_p50_ms", 200.0), where="sim-ci/a c8", baseline_source="b.json")
+    assert v.outcome == "regression" and v.message.startswith("LATENCY REGRESSION: sim-ci/a c8: ttft_p50_ms 300.0")
+    assert "ceiling 240.0 = baseline 200.0 x (1 + 20.0%)" in v.message
+    past = check_ceiling(recs, r, entry("ttft_p50_ms", 200.0), where="x", baseline_source="b", past_kv_ceiling=True)
+    assert past.outcome == "not judged" and "queue by design" in past.message
+    tpot = check_ceiling(recs, r, entry("tpot_p50_ms", 200.0), where="x", baseline_source="b", past_kv_ceiling=True)
+    assert tpot.outcome == "pass", tpot.message
+
+
+def test_too_few_requests_for_a_p99_is_inconclusive_and_says_how_many_it_needs():
+    recs = closed_loop(4, 1.0, 30.0, tokens=16, ttft=0.1)
+    r = level_result(recs, target=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    v = check_ceiling(recs, r, entry("ttft_p99_ms", 200.0), where="x", baseline_source="b")
+    assert v.outcome == "inconclusive" and "(it needs 368)" in v.message
+
+
+def test_calibrated_latency_ceilings_raise_at_most_one_percent_false_alarms():
+    """Four calibration runs of an unchanged system (p99 TTFT varies run to run by `cv`; each level has 600
+    requests), then a fifth: how often its interval lands wholly above the calibrated ceiling, and how often a
+    TTFT 50% slower is caught."""
+    rng = np.random.default_rng(11)
+    for cv in (0.03, 0.10):
+        alarms = caught = inconclusive = 0
+        trials = 600
+        for _ in range(trials):
+            def run(scale=1.0):
+                return rng.lognormal(np.log(100.0), 0.3, 600) * rng.normal(1.0, cv) * scale
+            p99s = [float(np.percentile(run(), 99)) for _ in range(4)]
+            mean, _, tol = baselines.calibrated_tolerance(p99s)
+            ceiling = mean * (1 + tol)
+            _, lo, hi = percentile_interval(run(), 0.99)
+            outcome = ceiling_outcome(lo, hi, ceiling)
+            alarms += outcome == "regression"
+            inconclusive += outcome == "inconclusive"
+            _, lo, hi = percentile_interval(run(1.5), 0.99)
+            caught += ceiling_outcome(lo, hi, ceiling) == "regression"
+        print(f"p99 TTFT, run-to-run CV {cv:.0%}: false regressions {alarms / trials:.2%}, inconclusive "
+              f"{inconclusive / trials:.1%}, a 50% slower TTFT caught {caught / trials:.1%}")
+        assert alarms / trials <= 0.01
+
+
+def test_goodput_counts_only_requests_that_met_the_slo():
+    recs = [rec(0, 1.0, 0.1, 0.01), rec(1, 2.0, 0.5, 0.01), rec(2, 3.0, 0.1, 0.05), rec(3, 4.0, 0.1, 0.01)]
+    rps, tps, share = goodput(recs, (0.0, 10.0), MeasurementPolicy(slo_ttft_ms=200, slo_tpot_ms=20))
+    assert (rps, tps, share) == (pytest.approx(0.2), pytest.approx(3.2), 0.5)
+    assert goodput(recs, (0.0, 10.0), MeasurementPolicy()) == (None, None, None), "no SLO, no goodput"
+
+
+def test_bench_shows_goodput_when_an_slo_is_given():
+    recs = closed_loop(4, 1.0, 30.0, tokens=16, ttft=0.1)
+    with_slo = level_result(recs, target=4, rate=None, isl=32, osl=16,
+                            policy=MeasurementPolicy(slo_ttft_ms=500, slo_tpot_ms=100))
+    assert with_slo.slo_met_share == 1.0 and with_slo.goodput_tps == pytest.approx(with_slo.sustained_output_tps,
+                                                                                   rel=0.1)
+    assert "goodput tok/s (met)" in table([with_slo]) and "(100%)" in table([with_slo])
+    plain = level_result(recs, target=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    assert "goodput" not in table([plain])
+
+
+def test_the_simulators_prefill_slowdown_slows_prefill_only():
+    def steps(f):
+        eng = Engine(dataclasses.replace(engine_config(PRESETS["ci"], 8, 1), prefill_slowdown=f))
+        eng.add_request("a", 32, 8)
+        out = []
+        while (s := eng.step()) is not None:
+            out.append((s.kind, round(s.duration, 9)))
+        return out
+    base, slow = steps(0.0), steps(0.5)
+    assert [k for k, _ in base] == [k for k, _ in slow]
+    for (kind, a), (_, b) in zip(base, slow):
+        assert b == pytest.approx(a * 1.5 if kind == "prefill" else a, rel=0.3 if kind == "prefill" else 1e-9)
+    assert any(k == "prefill" for k, _ in base)
