@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--metric", action="append", default=None, choices=[*baselines.METRICS, "latency"],
                    help="repeatable; default sustained_output_tps; `--metric latency` is every latency percentile")
     c.add_argument("--min-tolerance", type=float, default=baselines.MIN_TOLERANCE)
+    c.add_argument("--max-tolerance", type=float, default=None,
+                   help="leave out entries whose calibrated tolerance exceeds this (too noisy to judge in one run)")
     c.add_argument("--file", default=None)
     c.add_argument("--dry-run", action="store_true")
 
@@ -114,7 +116,7 @@ def _main(args) -> int:
     new = None
     for metric in metrics:
         part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
-                                          floor=args.min_tolerance)
+                                          floor=args.min_tolerance, max_tolerance=args.max_tolerance)
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)

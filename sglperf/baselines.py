@@ -216,7 +216,7 @@ def calibrated_tolerance(values: list[float], *, false_alarm: float = FALSE_ALAR
 
 
 def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: int, osl: int,
-              floor: float = MIN_TOLERANCE) -> tuple[BaselineFile, list[str]]:
+              floor: float = MIN_TOLERANCE, max_tolerance: float | None = None) -> tuple[BaselineFile, list[str]]:
     """A baseline from N runs of one profile on one hardware class: mean value, measured CV, derived tolerance.
     Levels invalid in any run are left out (and listed)."""
     profiles = {r.profile for r in runs}
@@ -241,6 +241,10 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             notes.append(f"{cname} c{lv}: left out (invalid or missing in some run)")
             continue
         mean, cv, tol = calibrated_tolerance(vals, floor=floor)
+        if max_tolerance is not None and tol > max_tolerance:
+            notes.append(f"{cname} c{lv}: left out: CV {cv:.2%} over {len(vals)} runs needs a tolerance of "
+                         f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
+            continue
         out.setdefault(cname, {})[lv] = {metric: Entry(
             metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=len(vals),
             taken_at=now_iso(), source="runs " + ", ".join(r.run_id for r in runs),

@@ -17,6 +17,7 @@ from . import __version__, engines
 from .categories import SglperfError, UsageError
 from .client import Target, Workload
 from .fileio import atomic_write_json, write_jsonl
+from .interrupts import interrupt_on_sigterm
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
 from .negotiate import negotiate
@@ -179,6 +180,7 @@ def main(args: argparse.Namespace) -> int:
     measurements: list[LevelMeasurement] = []
     ctx: dict = {}
     interrupted = False
+    interrupt_on_sigterm()  # Ctrl-C and SIGTERM keep the finished levels, in a background job too
     try:
         check_outputs(args)
         asyncio.run(run(args, measurements, ctx))

@@ -236,3 +236,9 @@ def test_latency_entries_are_calibrated_beside_the_throughput_ones(tmp_path):
     t = m["ttft_p50_ms"]
     assert t.is_latency and t.value == pytest.approx(100.75) and t.ceiling > t.value
     assert m["ttft_p99_ms"].value == pytest.approx(302.25)
+    noisy = tmp_path / "noisy.json"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", *files, "--file", str(noisy),
+                        "--metric", "ttft_p50_ms", "--max-tolerance", "0.05"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "too noisy to judge in one run" in p.stdout, p.stdout + p.stderr
+    assert baselines.load(noisy).configs == {}, "an entry too noisy to judge is left out, never written"

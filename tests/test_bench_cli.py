@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     srv = start_sim("--enable-metrics")
@@ -54,13 +56,20 @@ def test_bench_refuses_bad_input_clearly():
     assert p.returncode == 2 and "--url 'http://127.0.0.1:99999': Port out of range" in p.stderr
 
 
-def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_sim, tmp_path):
+def _as_background_job() -> None:
+    """What a non-interactive shell does to `cmd &` (and what its children inherit): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background-job"])
+def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_sim, tmp_path, background):
     srv = start_sim("--enable-metrics")
     out_json = tmp_path / "out.json"
     # --ci-target 0.0001: no level converges, so each runs its full 20 s and the signal lands inside the second one
     p = subprocess.Popen([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8,16,24",
                           "--isl", "32", "--osl", "32", "--ci-target", "0.0001", "--max-seconds", "20",
-                          "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_as_background_job if background else None)
     try:
         for line in p.stderr:  # progress lines, one per second; wait for a state, not a duration
             if line.startswith("[c16]"):
