@@ -45,13 +45,18 @@ def metric_declarations(results: Path) -> dict:
     metrics = {}
     for k in sorted(keys):
         kind, _, rest = k.partition(".")
-        label = rest.replace(".", " ")
-        if kind == "throughput":
-            metrics[k] = {"title": f"{label}: sustained output", "unit": "tok/s", "better": "higher",
-                          "group": "throughput"}
-        elif kind == "ttft_p99":
-            metrics[k] = {"title": f"{label}: TTFT p99", "unit": "ms", "better": "lower", "group": "latency"}
+        if kind in KINDS:
+            title, unit, better, group = KINDS[kind]
+            metrics[k] = {"title": f"{rest.replace('.', ' ')}: {title}", "unit": unit, "better": better, "group": group}
     return metrics
+
+
+# perf-metric kind (report.metric_key) -> title, unit, direction, group
+KINDS = {"throughput": ("sustained output", "tok/s", "higher", "throughput"),
+         "ttft_p99": ("TTFT p99", "ms", "lower", "latency"),
+         "tpot_p99": ("TPOT p99", "ms", "lower", "latency"),
+         "goodput_tps": ("goodput (output of requests that met the SLO)", "tok/s", "higher", "goodput"),
+         "goodput_rps": ("goodput (requests that met the SLO)", "req/s", "higher", "goodput")}
 
 
 def config(results: Path, output: Path, history: Path, name: str, single_file: bool) -> dict:
