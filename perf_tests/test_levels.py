@@ -49,7 +49,7 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
                                         log_path=run.log_path, env_diff=env))
         if m.result.disturbances and any(v.outcome != "pass" for v in verdicts):
             pytest.fail(f"{INVALID}: {run.where} c{level} cannot be judged against its floor: "
-                        + "; ".join(m.result.disturbances) + ". " + "; ".join(v.message for v in verdicts),
+                        + "; ".join(m.result.disturbances) + ". Measured: " + "; ".join(v.detail for v in verdicts),
                         pytrace=False)
         regressions = [v for v in verdicts if v.outcome == "regression"]
         assert not regressions, "\n".join(v.message for v in regressions)

@@ -28,6 +28,15 @@ class FloorVerdict:
     def passed(self) -> bool:
         return self.outcome == "pass"
 
+    @property
+    def detail(self) -> str:
+        """The message without its category prefix: what an INVALID (disturbed) level quotes of its measurement,
+        so the failure carries one category, not a REGRESSION inside an INVALID."""
+        for prefix in (REGRESSION, INCONCLUSIVE):
+            if self.message.startswith(prefix + ": "):
+                return self.message[len(prefix) + 2:]
+        return self.message
+
 
 def floor_outcome(value: float | None, ci95: float | None, floor: float) -> str:
     """Decided by the interval: all of it at or above the floor passes, all of it below is a regression, one that

@@ -75,6 +75,8 @@ def test_floor_message_names_everything():
     v = check_floor(lr(2048, 1800.0, ci=12.0), e, where="glm5/rr2048 c2048", baseline_source="b.json",
                     log_path="srv.log", env_diff="environment changed since the baseline: driver 1 → 2")
     assert not v.passed
+    assert v.detail == v.message[len("THROUGHPUT REGRESSION: "):] and "REGRESSION" not in v.detail, \
+        "a disturbed level quotes the measurement without the category"
     for needle in ["THROUGHPUT REGRESSION", "c2048", "1,800.0 ± 12.0", "-14.1% vs baseline", "floor 1,990.2",
                    "baseline 2,095.0", "b.json", "run x", "driver 1 → 2", "srv.log"]:
         assert needle in v.message, needle
