@@ -15,9 +15,11 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     out_json, records = tmp_path / "run.json", tmp_path / "records.jsonl.gz"
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "4,16", "--isl",
                         "32", "--osl", "32", "--ci-target", "0.02", "--max-seconds", "40", "--json", str(out_json),
-                        "--records", str(records)], capture_output=True, text=True, timeout=300)
+                        "--records", str(records), "--slo-ttft-ms", "100", "--slo-tpot-ms", "15"],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "sustained out tok/s" in p.stdout and "c16" in p.stdout
+    assert "goodput tok/s (met)" in p.stdout, "goodput beside throughput when an SLO is given"
     assert "[c4]" in p.stderr, "live progress lines"
     doc = json.loads(out_json.read_text())
     assert doc["schema_version"] == 1 and doc["arguments"]["levels"] == [4, 16]
@@ -32,6 +34,7 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
             assert key in lvl, key
         assert set(lvl["ttft_ms"]) >= {"mean", "median", "p90", "p99"}
         assert lvl["valid"] is True
+        assert 0 < lvl["goodput_tps"] <= lvl["sustained_output_tps"] * 1.1 and 0 < lvl["slo_met_share"] <= 1
     rows = [json.loads(x) for x in gzip.decompress(records.read_bytes()).splitlines()]
     assert {r["level"] for r in rows} == {0, 1} and all(r["error"] is None for r in rows)
 
