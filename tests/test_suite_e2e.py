@@ -46,11 +46,20 @@ def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
     # the two floors and the two latency ceilings fail (every step 1/0.85 as long: TPOT +18%); health and
     # client-vs-server pass; the plateau (no level past 48) and the A/B skip
     assert outcomes(out) == {"failed": 4, "passed": 4, "skipped": 2, "deselected": 3}, out[-2000:]
-    assert out.count("THROUGHPUT REGRESSION: sim-ci/rr64-cds8 c") >= 2
-    assert out.count("LATENCY REGRESSION: sim-ci/rr64-cds8 c") >= 2 and "tpot_p50_ms" in out
-    for needle in ["c8", "c16", "floor", "baseline", "sim-ci.json", "server log:"]:
+    # On a busy machine a level below its floor is INVALID naming the disturbance instead: never a pass, and never a
+    # regression the machine could have caused. Either way the measurement is quoted.
+    def levels(pattern: str) -> set[str]:
+        return set(re.findall(pattern, out))
+
+    disturbed = r"INVALID MEASUREMENT: sim-ci/rr64-cds8 (c\d+) cannot be judged against its "
+    assert levels(r"THROUGHPUT REGRESSION: sim-ci/rr64-cds8 (c\d+)") | levels(disturbed + "floor") == \
+        {"c8", "c16"}, out[-3000:]
+    assert levels(r"LATENCY REGRESSION: sim-ci/rr64-cds8 (c\d+)") | levels(disturbed + "latency") == \
+        {"c8", "c16"}, out[-3000:]
+    assert "tpot_p50_ms" in out
+    for needle in ["c8", "c16", "floor", "baseline", "sim-ci.json"]:
         assert needle in out, needle
-    assert re.search(r"\(-1[3-6]\.\d% vs baseline\)", out), "the drop is measured, not assumed"
+    assert re.search(r"-1[3-6]\.\d% vs baseline", out), "the drop is measured, not assumed"
 
 
 def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
