@@ -131,17 +131,22 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
     avail = [x.mem_available_mb for x in inside if x.mem_available_mb is not None]
     if avail:
         numbers["mem_available_mb_min"] = round(min(avail), 1)
-    if a.mem_stall_s is not None and b.mem_stall_s is not None:
-        stall = max(0.0, (b.mem_stall_s - a.mem_stall_s) / dt)
+    stall, swap = _rate(a, b, "mem_stall_s", dt), _rate(a, b, "swap_in_mb", dt)
+    if stall is not None:
         numbers["mem_stall_share"] = round(stall, 4)
         if stall > MAX_MEM_STALL_SHARE:
             reasons.append(f"disturbed: tasks waited for memory {stall:.0%} of the window (/proc/pressure/memory; "
                            f"limit {MAX_MEM_STALL_SHARE:.0%})")
-    elif a.swap_in_mb is not None and b.swap_in_mb is not None:
-        swap = max(0.0, (b.swap_in_mb - a.swap_in_mb) / dt)
+    elif swap is not None:  # no pressure information: swap-ins say it
         numbers["swap_in_mb_s"] = round(swap, 2)
         if swap > MAX_SWAP_IN_MB_S:
             reasons.append(f"disturbed: the host swapped in {swap:.0f} MB/s during the window (limit "
                            f"{MAX_SWAP_IN_MB_S:.0f} MB/s)")
     return numbers, reasons
+
+
+def _rate(a: HostSample, b: HostSample, attr: str, dt: float) -> float | None:
+    """How fast a cumulative counter grew between two samples, per second (None where the kernel lacks it)."""
+    x, y = getattr(a, attr), getattr(b, attr)
+    return None if x is None or y is None else max(0.0, (y - x) / dt)
 
