@@ -3,6 +3,7 @@ process started by a test outlives it."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import psutil
@@ -58,3 +59,8 @@ def user_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     env.update(extra)
     return env
+
+
+def as_background_job() -> None:
+    """preexec_fn: what a non-interactive shell does to `cmd &` (and what its children inherit): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

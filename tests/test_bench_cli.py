@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from .conftest import as_background_job
+
 
 def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     srv = start_sim("--enable-metrics")
@@ -59,11 +61,6 @@ def test_bench_refuses_bad_input_clearly():
     assert p.returncode == 2 and "--url 'http://127.0.0.1:99999': Port out of range" in p.stderr
 
 
-def _as_background_job() -> None:
-    """What a non-interactive shell does to `cmd &` (and what its children inherit): SIGINT ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @pytest.mark.parametrize("background", [False, True], ids=["foreground", "background-job"])
 def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_sim, tmp_path, background):
     srv = start_sim("--enable-metrics")
@@ -72,7 +69,7 @@ def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_
     p = subprocess.Popen([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8,16,24",
                           "--isl", "32", "--osl", "32", "--ci-target", "0.0001", "--max-seconds", "20",
                           "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=_as_background_job if background else None)
+                         preexec_fn=as_background_job if background else None)
     try:
         for line in p.stderr:  # progress lines, one per second; wait for a state, not a duration
             if line.startswith("[c16]"):

@@ -16,7 +16,7 @@ import pytest
 from sglperf import baselines
 from sglperf.launch import LaunchError, LaunchSpec, launch
 
-from .conftest import user_env
+from .conftest import as_background_job, user_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = [sys.executable, "-m", "sglperf.sim"]
@@ -145,11 +145,6 @@ def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, flag, kinds):
 
 
 # 10. interrupted mid-level (SIGINT, SIGTERM) -------------------------------------------------------------------------
-def _as_background_job() -> None:
-    """What a non-interactive shell does to `cmd &`: SIGINT (and SIGQUIT) ignored in the child."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @pytest.mark.parametrize("sig,background", [(signal.SIGINT, False), (signal.SIGTERM, False),
                                             (signal.SIGTERM, True)], ids=["SIGINT", "SIGTERM", "SIGTERM-background"])
 def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig, background):
@@ -161,7 +156,7 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
            "--levels", "8,16", "--level-max-seconds", "60", "--ci-target", "0.0001", "--baseline-file", str(empty),
            "--reports-dir", str(tmp_path / "reports")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=user_env(**{TAG: str(tmp_path)}), preexec_fn=_as_background_job if background else None)
+                            env=user_env(**{TAG: str(tmp_path)}), preexec_fn=as_background_job if background else None)
     runs = tmp_path / "reports" / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait for a state: the level's requests reach the server
