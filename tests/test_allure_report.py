@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import user_env
+from .conftest import assert_suite_passed, user_env
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_node = pytest.mark.skipif(not shutil.which("npm"), reason="Node.js/npm not installed")
@@ -21,7 +21,7 @@ def suite(tmp_path, alluredir, *extra):
            "--perf-config", "rr24-cds4", "--alluredir", str(alluredir), "--reports-dir", str(tmp_path / "reports"),
            *extra]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
-    assert p.returncode == 0, p.stdout[-3000:]
+    assert_suite_passed(p.returncode, p.stdout)
     return p
 
 

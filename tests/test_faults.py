@@ -16,7 +16,7 @@ import pytest
 from sglperf import baselines
 from sglperf.launch import LaunchError, LaunchSpec, launch
 
-from .conftest import as_background_job, user_env
+from .conftest import as_background_job, assert_suite_passed, user_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = [sys.executable, "-m", "sglperf.sim"]
@@ -180,7 +180,7 @@ def test_under_xdist_servers_never_overlap(tmp_path):
            "--reports-dir", str(tmp_path / "reports")]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=user_env(**{TAG: str(tmp_path)}))
-    assert p.returncode == 0, p.stdout[-2000:]
+    assert_suite_passed(p.returncode, p.stdout)
     spans = []
     for log in (tmp_path / "reports" / "servers").glob("*.log"):
         text = log.read_text()

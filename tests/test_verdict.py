@@ -102,3 +102,28 @@ def test_ab_uses_the_baselines_run_to_run_noise():
     unsure_gain = check_ab({8: lr(8, 900)}, {8: lr(8, 905)}, c1, c2, margin=0.05)
     assert unsure_gain.outcome == "inconclusive" and "does not decide it" in unsure_gain.unsure[0]
     assert check_ab({8: lr(8, 900)}, {8: lr(8, 960)}, c1, c2, margin=0.05).outcome == "pass"
+
+
+def test_the_expected_gain_is_decided_on_the_levels_past_the_base_ceiling_together():
+    c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
+    cv = {lv: 0.06 for lv in (8, 16, 32)}
+    base = {lv: lr(lv, 550, ci=13) for lv in (8, 16, 32)}
+    tuned = {8: lr(8, 667, ci=25), 16: lr(16, 645, ci=29), 32: lr(32, 688, ci=19)}
+    alone = check_ab({16: base[16]}, {16: tuned[16]}, c1, c2, margin=0.4, base_cv=cv, tuned_cv=cv)
+    assert alone.outcome == "inconclusive", "+17% with 6% run-to-run CVs cannot be told from noise at one level"
+    together = check_ab(base, tuned, c1, c2, margin=0.4, base_cv=cv, tuned_cv=cv)
+    assert together.outcome == "pass" and "3 levels" in together.lines[-1], \
+        "+21%, +17%, +25%: their mean decides the gain (run-to-run noise counted once, as fully correlated)"
+    lost_at_one = {**tuned, 16: lr(16, 450, ci=5)}
+    assert check_ab(base, lost_at_one, c1, c2, margin=0.4).outcome == "regression", \
+        "a level clearly without the gain is a problem even when the mean still gains"
+
+
+def test_the_plateau_is_measured_from_the_first_level_where_requests_wait():
+    c = predict_ceiling(1024, 16, 32, 32, 4)
+    res = {4: lr(4, 780, ci=5, running=4), 8: lr(8, 880, ci=5, running=4, queued=4),
+           16: lr(16, 885, ci=5, running=4, queued=12)}  # c4 loses each slot's client round trip: +13% to c8
+    v = check_plateau(res, c, band=0.07)
+    assert v.passed and v.reference_level == 8 and "not judged" in v.message
+    assert check_plateau({4: res[4], 8: res[8]}, c, band=0.07).reference_level == 4, \
+        "with one level past the ceiling, the one at it is the only reference there is"
