@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__, engines
 from .categories import SglperfError, UsageError
-from .client import Target, Workload
+from .client import Target, Workload, run_loop
 from .fileio import atomic_write_json, write_jsonl
 from .interrupts import interrupt_on_sigterm
 from .level import LevelMeasurement, LevelSpec, measure_level
@@ -183,7 +183,7 @@ def main(args: argparse.Namespace) -> int:
     interrupt_on_sigterm()  # Ctrl-C and SIGTERM keep the finished levels, in a background job too
     try:
         check_outputs(args)
-        asyncio.run(run(args, measurements, ctx))
+        run_loop(run(args, measurements, ctx))
     except (ValueError, SglperfError) as e:
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, UsageError)) else 1

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+from urllib.parse import urlsplit
 
-import aiohttp
 import numpy as np
+from orjson import dumps, loads  # SSE chunks: a fifth of json.loads's cost per chunk
 
 from .engines.base import auth_headers
 from .prompts import Prompt, PromptMaker, Tokenizer
 from .records import RequestRecord
+from .stream import StreamClient, StreamError
 from .wire import CHAT, FULL, NATIVE, Shape, Wire, by_name
 
 
@@ -76,6 +80,23 @@ class Workload:
         """Seeded, different for every request, so prefix caching cannot help."""
         return self._maker.make(stream, index)
 
+
+
+def run_loop(main):
+    """asyncio.run, on uvloop where it is installed (`pip install 'sglperf[fast]'`): the same measurements, a
+    seventh less CPU per streamed token (benchmarks/client_vs_bench_serving.py). SGLPERF_EVENT_LOOP=asyncio keeps
+    asyncio's own loop (to compare, or to rule uvloop out)."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    if uvloop is None or os.environ.get("SGLPERF_EVENT_LOOP") == "asyncio":
+        return asyncio.run(main)
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    uvloop.install()
+    return asyncio.run(main)
 
 
 def raise_open_files_limit() -> int:
@@ -141,21 +162,19 @@ class LoadGenerator:
         self.last_end_time: float | None = None
         self.connection_retries = 0  # reused keep-alive connections the server had closed: retried, never errors
         self._next_index = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._client: StreamClient | None = None
 
     # ------------------------------------------------------------------ session
     async def __aenter__(self) -> "LoadGenerator":
         raise_open_files_limit()
-        conn = aiohttp.TCPConnector(limit=0, force_close=self.target.new_connection_per_request,
-                                    enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(connector=conn, read_bufsize=1 << 20,
-                                              timeout=aiohttp.ClientTimeout(total=self.request_timeout,
-                                                                            sock_connect=30))
+        self._client = StreamClient(self.target.url, self.target.headers(),
+                                    fresh=self.target.new_connection_per_request, connect_timeout=30.0,
+                                    clock=self.clock)
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._client is not None:
+            self._client.close()
 
     def snapshot(self, now: float) -> list[RequestRecord]:
         """Finished records plus the in-flight ones as they stand (marked cancelled: not done, not failed)."""
@@ -207,21 +226,23 @@ class LoadGenerator:
         self._next_index += 1
         w, tg = self.workload, self.target
         prompt = w.prompt(self.stream_id, index)
-        url = tg.url.rstrip("/") + tg.wire.path
+        path = urlsplit(tg.url).path.rstrip("/") + tg.wire.path
         body = tg.wire.body(prompt, w, tg.model, tg.shape)
         body.update(w.extra_body)
-        payload = json.dumps(body).encode()
+        payload = dumps(body)
         p = _Progress(index, self.clock(), prompt.tokens, w.osl, keep_text=w.tokenizer is not None)
         self.in_flight[index] = p
         cancelled = False
         try:
-            await self._stream(url, payload, p)
+            await asyncio.wait_for(self._stream(path, payload, p), self.request_timeout)
         except asyncio.CancelledError:
             cancelled = True
             raise
         except asyncio.TimeoutError:
             p.fail("timeout", f"no answer within the request timeout ({self.request_timeout:g} s)")
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as e:
+        except StreamError as e:
+            p.fail("connection", str(e))
+        except ConnectionError as e:
             p.fail("connection", f"{type(e).__name__}: {e}")
         finally:
             rec = p.record(self.clock(), cancelled=cancelled)
@@ -230,68 +251,55 @@ class LoadGenerator:
             self.last_end_time = rec.end_time
         return rec
 
-    async def _post(self, url: str, payload: bytes):
-        """POST; a reused keep-alive connection that the server had already closed (no response byte came) is
-        retried once on a fresh one: counted, never a measured error."""
-        assert self._session is not None, "use LoadGenerator as an async context manager"
-        try:
-            return await self._session.post(url, data=payload, headers=self.target.headers())
-        except aiohttp.ServerDisconnectedError:
-            if self.target.new_connection_per_request:
-                raise
-            self.connection_retries += 1
-            return await self._session.post(url, data=payload, headers=self.target.headers())
+    async def _stream(self, path: str, payload: bytes, p: _Progress) -> None:
+        """One streamed request: each SSE event is read where its bytes land (sglperf.stream), so the per-token
+        work is the JSON and the wire's few fields."""
+        assert self._client is not None, "use LoadGenerator as an async context manager"
+        wire, prev, done = self.target.wire, 0, False
 
-    async def _stream(self, url: str, payload: bytes, p: _Progress) -> None:
-        wire = self.target.wire
-        async with await self._post(url, payload) as resp:
-            p.status = resp.status
-            if resp.status != 200:
-                text = (await resp.text(errors="replace"))[:300].strip()
-                p.fail("http_status", f"HTTP {resp.status}: {text}")
+        def on_event(data: bytes, now: float) -> None:
+            nonlocal prev, done
+            if done:
                 return
-            if resp.content_type != "text/event-stream":
-                head = (await resp.content.read(200)).decode(errors="replace")
-                p.fail("bad_stream", f"HTTP 200 with Content-Type {resp.content_type or '(none)'}, not an SSE stream: "
-                                     f"{head!r}")
+            if data == b"[DONE]":
+                done = True
                 return
-            prev = 0
-            done = False
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    break
-                now = self.clock()
-                try:
-                    obj = json.loads(data)
-                except ValueError:
-                    p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
-                    continue
-                if not isinstance(obj, dict):
-                    p.fail("bad_chunk", f"not an object: {data[:120]!r}")
-                    continue
-                if "error" in obj:
-                    p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
-                    continue
+            try:
+                obj = loads(data)
+            except ValueError:
+                p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
+                return
+            if not isinstance(obj, dict):
+                p.fail("bad_chunk", f"not an object: {data[:120]!r}")
+            elif "error" in obj:
+                p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
+            else:
                 prev = wire.chunk(obj, p, prev, now, self._add)
-            if p.error is None and p.finish is None:
-                p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
-            if p.count_source == "chunks":
-                tok = self.workload.tokenizer
-                if p.server_completion is not None:
-                    p.reconcile(p.server_completion, "usage")
-                elif tok is not None and p.texts is not None:
-                    p.reconcile(tok.count("".join(p.texts)), "retokenized")
-            n = sum(p.tokens)
-            if p.error is None and n != p.max_tokens:
-                how = ("ignore_eos" if self.target.shape.ignore_eos else "min_tokens" if self.target.shape.min_tokens
-                       else "the server accepts neither ignore_eos nor min_tokens, so it may stop early")
-                p.fail("short_output" if n < p.max_tokens else "long_output",
-                       f"{n} tokens generated, {p.max_tokens} asked ({how})")
+
+        answer, retried = await self._client.post(path, payload, on_event)
+        self.connection_retries += retried
+        p.status = answer.status
+        if answer.status != 200:
+            p.fail("http_status", f"HTTP {answer.status}: {answer.head.decode(errors='replace')[:300].strip()}")
+            return
+        if answer.content_type != "text/event-stream":
+            p.fail("bad_stream", f"HTTP 200 with Content-Type {answer.content_type or '(none)'}, not an SSE stream: "
+                                 f"{answer.head[:200].decode(errors='replace')!r}")
+            return
+        if p.error is None and p.finish is None:
+            p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
+        if p.count_source == "chunks":
+            tok = self.workload.tokenizer
+            if p.server_completion is not None:
+                p.reconcile(p.server_completion, "usage")
+            elif tok is not None and p.texts is not None:
+                p.reconcile(tok.count("".join(p.texts)), "retokenized")
+        n = sum(p.tokens)
+        if p.error is None and n != p.max_tokens:
+            how = ("ignore_eos" if self.target.shape.ignore_eos else "min_tokens" if self.target.shape.min_tokens
+                   else "the server accepts neither ignore_eos nor min_tokens, so it may stop early")
+            p.fail("short_output" if n < p.max_tokens else "long_output",
+                   f"{n} tokens generated, {p.max_tokens} asked ({how})")
 
     def _add(self, p: _Progress, now: float, delta: int) -> None:
         if delta > 0:

@@ -8,7 +8,6 @@ lock must be released on every path, which is easiest to see in one place.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from filelock import FileLock, Timeout
 from . import baselines, engines, fingerprint, history, profiles, report
 from . import launch as launcher
 from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
-from .client import Target, Workload
+from .client import Target, Workload, run_loop
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
 from .negotiate import negotiate
@@ -370,7 +369,7 @@ class Suite:
         entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         started = time.time()
         try:
-            meas = asyncio.run(measure_level(run.target, run.workload, spec, self.policy(run.profile),
+            meas = run_loop(measure_level(run.target, run.workload, spec, self.policy(run.profile),
                                              engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
                                              server_check=run.server.crash_reason, server_pids=run.server.tree_pids,
                                              gpus=run.fingerprint.get("gpu_indices") or None,
