@@ -16,6 +16,7 @@ from pathlib import Path
 from . import __version__, engines
 from .categories import SglperfError, UsageError
 from .client import Target, Workload, run_loop
+from .shards import parse_client_procs, resolve_client_procs
 from .fileio import atomic_write_json, write_jsonl
 from .interrupts import interrupt_on_sigterm
 from .level import LevelMeasurement, LevelSpec, measure_level
@@ -70,6 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ci-target", type=float, default=0.01, help="CI half-width / sustained to stop at (0.01)")
     p.add_argument("--ratio", type=float, default=0.9, help="steady-state in-flight ratio (0.9)")
     p.add_argument("--max-seconds", type=float, default=600.0, help="longest a level may run")
+    p.add_argument("--client-procs", default="1", help="client processes a closed-loop level's streams are sharded "
+                   "over: a count, or auto (from the previous level's rate and the free cores)")
     p.add_argument("--min-seconds", type=float, default=0.0)
     p.add_argument("--stall-timeout", type=float, default=60.0)
     p.add_argument("--request-timeout", type=float, default=3600.0)
@@ -153,11 +156,14 @@ async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) 
              [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness,
                         max_seconds=args.max_seconds, min_seconds=args.min_seconds,
                         stall_timeout_s=args.stall_timeout) for r in args.rates])
+    setting, previous = parse_client_procs(args.client_procs), None
     for i, spec in enumerate(specs):
+        procs = resolve_client_procs(setting, spec.concurrency, previous) if spec.concurrency else 1
         if not args.no_flush:
             await asyncio.to_thread(engine.flush, url, key)
         m = await measure_level(target, workload, spec, policy, engine=engine, stream_id=i,
-                                request_timeout=args.request_timeout, progress=_progress)
+                                request_timeout=args.request_timeout, progress=_progress, client_procs=procs)
+        previous = m.result
         if sys.stderr.isatty():
             print(file=sys.stderr)
         if m.stop_reason == "interrupted":

@@ -22,7 +22,7 @@ from orjson import dumps, loads  # SSE chunks: a fifth of json.loads's cost per 
 
 from .engines.base import auth_headers
 from .prompts import Prompt, PromptMaker, Tokenizer
-from .records import RequestRecord
+from .records import ClientSample, RequestRecord
 from .stream import StreamClient, StreamError
 from .wire import CHAT, FULL, NATIVE, Shape, Wire, by_name
 
@@ -80,6 +80,23 @@ class Workload:
         """Seeded, different for every request, so prefix caching cannot help."""
         return self._maker.make(stream, index)
 
+
+
+class ClientMonitor:
+    """A 50 ms ticker: how late the loop wakes it (lag) and this process's CPU time; `worker` names the process
+    (0: the only one, or the first of --client-procs)."""
+
+    def __init__(self, clock: Callable[[], float], period: float = 0.05, worker: int = 0):
+        self.clock, self.period, self.worker = clock, period, worker
+        self.samples: list[ClientSample] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        expected = self.clock() + self.period
+        while not stop.is_set():
+            await asyncio.sleep(max(0.0, expected - self.clock()))
+            now = self.clock()
+            self.samples.append(ClientSample(now, time.process_time(), max(0.0, now - expected), self.worker))
+            expected = now + self.period
 
 
 def run_loop(main):
@@ -181,17 +198,23 @@ class LoadGenerator:
         return self.records + [p.record(now, cancelled=True) for p in list(self.in_flight.values())]
 
     # ------------------------------------------------------------------ load shapes
-    async def closed_loop(self, concurrency: int, stop: asyncio.Event) -> None:
-        async def worker() -> None:
+    async def closed_loop(self, concurrency: int, stop: asyncio.Event, streams: range | list[int] | None = None
+                          ) -> None:
+        """`concurrency` streams back to back; this generator drives `streams` of them (all by default, a share
+        when the streams are sharded over processes). Stream k sends requests k, k + C, k + 2C, ...: the same
+        prompts per stream whichever process drives it."""
+        async def worker(k: int) -> None:
+            j = 0
             while not stop.is_set():
-                rec = await self.one_request()
+                rec = await self.one_request(k + concurrency * j)
+                j += 1
                 if rec.error:
                     try:
                         await asyncio.wait_for(stop.wait(), self.FAIL_BACKOFF_S)
                     except asyncio.TimeoutError:
                         pass
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(k) for k in (range(concurrency) if streams is None else streams)))
 
     async def open_loop(self, rate: float, stop: asyncio.Event, *, burstiness: float = 1.0,
                         max_concurrency: int | None = None, seed: int = 0) -> None:
@@ -221,9 +244,10 @@ class LoadGenerator:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ one request
-    async def one_request(self) -> RequestRecord:
-        index = self._next_index
-        self._next_index += 1
+    async def one_request(self, index: int | None = None) -> RequestRecord:
+        if index is None:
+            index = self._next_index
+            self._next_index += 1
         w, tg = self.workload, self.target
         prompt = w.prompt(self.stream_id, index)
         path = urlsplit(tg.url).path.rstrip("/") + tg.wire.path

@@ -69,8 +69,9 @@ class HostMonitor:
     this host ([] for a remote server: then all other load is the neighbours')."""
 
     def __init__(self, clock: Callable[[], float], server_pids: Callable[[], list[int]] | None = None,
-                 period: float = 0.5):
+                 period: float = 0.5, client_pids: Callable[[], list[int]] | None = None):
         self.clock, self.server_pids, self.period = clock, server_pids or (lambda: []), period
+        self.client_pids = client_pids or (lambda: [])  # the client's own worker processes (--client-procs)
         self.samples: list[HostSample] = []
         self._me = psutil.Process()
         self._pids: list[int] = []
@@ -78,7 +79,7 @@ class HostMonitor:
     def sample(self) -> HostSample:
         busy, steal = _busy_and_steal()
         own = self._me.cpu_times()
-        own_s = own.user + own.system + own.children_user + own.children_system
+        own_s = own.user + own.system + own.children_user + own.children_system + _cpu_seconds(self.client_pids())
         if len(self.samples) % 10 == 0:  # finding the tree scans every process: every 5 s is enough
             self._pids = [p for p in self.server_pids() if p != self._me.pid]
         return HostSample(self.clock(), busy, own_s, _cpu_seconds(self._pids), steal, os.getloadavg()[0],
@@ -120,7 +121,8 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
     steal = max(0.0, (b.steal_s - a.steal_s) / dt)
     load = max(x.load1 for x in inside)
     numbers = {"other_cores": round(other, 3), "steal_cores": round(steal, 3), "load1_max": round(load, 2),
-               "cores": cores}
+               "cores": cores, "client_cores": round(max(0.0, (b.client_s - a.client_s) / dt), 3),
+               "server_cores": round(max(0.0, (b.server_s - a.server_s) / dt), 3)}
     reasons = []
     if other > max_other:
         reasons.append(f"disturbed: other processes used {other:.1f} cores of {cores} during the window (the client "

@@ -12,12 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .client import LoadGenerator, Target, Workload
+from .client import ClientMonitor, LoadGenerator, Target, Workload
 from .metrics import MeasurementPolicy, level_result
 from .gpu import GpuMonitor
 from .host import HostMonitor
 from .records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
+from .shards import ShardedLoad
 
 
 @dataclass(frozen=True)
@@ -57,22 +58,6 @@ class LevelMeasurement:
     extra: dict = field(default_factory=dict)
     host_samples: list[HostSample] = field(default_factory=list)
     gpu_samples: list[GpuSample] = field(default_factory=list)
-
-
-class ClientMonitor:
-    """A 50 ms ticker: how late the loop wakes it (lag) and this process's CPU time."""
-
-    def __init__(self, clock: Callable[[], float], period: float = 0.05):
-        self.clock, self.period = clock, period
-        self.samples: list[ClientSample] = []
-
-    async def run(self, stop: asyncio.Event) -> None:
-        expected = self.clock() + self.period
-        while not stop.is_set():
-            await asyncio.sleep(max(0.0, expected - self.clock()))
-            now = self.clock()
-            self.samples.append(ClientSample(now, time.process_time(), max(0.0, now - expected)))
-            expected = now + self.period
 
 
 # Fail fast: a server that refuses every request answers at once; measuring on would only pile up errors.
@@ -126,23 +111,31 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                         server_check: Callable[[], str | None] | None = None,
                         server_pids: Callable[[], list[int]] | None = None,
                         gpus: list[int] | None = None,
-                        decided: Callable[[LevelResult], bool] | None = None,
+                        decided: Callable[[LevelResult], bool] | None = None, client_procs: int = 1,
                         progress: Callable[[dict], None] | None = None,
                         clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
     """Drive one level. It stops when its interval is precise enough (policy.ci_target) or, sooner, when
     `decided` says the interval already decides what it feeds (a floor), once the CI is trustworthy: at least
     policy.converge_batches batches over policy.converge_window_s of steady state. `gpus`: the server's GPU
-    indices on this host, whose telemetry is sampled (None: none)."""
+    indices on this host, whose telemetry is sampled (None: none). `client_procs` > 1 shards a closed loop's streams
+    over that many client processes (sglperf.shards); an open loop runs in this one."""
     stop_load, stop_aux = asyncio.Event(), asyncio.Event()
     scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
     monitor = ClientMonitor(clock)
-    host = HostMonitor(clock, server_pids)
+    client_pids: list[int] = []  # the client's worker processes: their CPU is the client's, not a neighbour's
+    host = HostMonitor(clock, server_pids, client_pids=lambda: client_pids)
     gpu = GpuMonitor(clock, gpus, server_pids)
     aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux)),
            asyncio.create_task(host.run(stop_aux))] + ([asyncio.create_task(gpu.run(stop_aux))] if gpus else [])
     incomplete, note, reason = False, None, "max_seconds"
-    async with LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout,
-                             clock=clock) as gen:
+    sharded = client_procs > 1 and spec.concurrency is not None and spec.concurrency > 1
+    generator = (ShardedLoad(target, workload, spec.concurrency, client_procs, stream_id=stream_id,
+                             request_timeout=request_timeout) if sharded else
+                 LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout, clock=clock))
+    async with generator as gen:
+        if sharded:
+            client_pids.extend(gen.pids)
+        samples = (lambda: gen.samples) if sharded else (lambda: monitor.samples)  # the streaming processes'
         t0 = clock()
         if spec.concurrency is not None:
             load = asyncio.create_task(gen.closed_loop(spec.concurrency, stop_load))
@@ -186,7 +179,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 res = await asyncio.to_thread(
                     level_result, snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl,
                     osl=workload.osl, policy=policy, now=now, server_samples=list(scraper.samples),
-                    client_samples=list(monitor.samples), host_samples=list(host.samples),
+                    client_samples=list(samples()), host_samples=list(host.samples),
                     gpu_samples=list(gpu.samples))
                 decision = res
                 if progress:
@@ -234,15 +227,16 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
             await asyncio.gather(*aux, return_exceptions=True)
         records = sorted(gen.records, key=lambda r: r.index)
     result = level_result(records, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
-                          policy=policy, server_samples=scraper.samples, client_samples=monitor.samples,
+                          policy=policy, server_samples=scraper.samples, client_samples=samples(),
                           incomplete=incomplete, note=note, window_cap=stopped_at,
                           lifetime_s=decision.lifetime_s if decision else None,
                           window=(decision.window_start, decision.window_end)
                           if decision and decision.window_start is not None and not (incomplete or failing) else None,
                           stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
                           host_samples=host.samples, gpu_samples=gpu.samples)
-    result = replace(result, connection_retries=gen.connection_retries)
+    result = replace(result, connection_retries=gen.connection_retries,
+                     client_procs=generator.procs if sharded else 1)
     if gpu.error:
         result = replace(result, warnings=result.warnings + (gpu.error,))
-    return LevelMeasurement(result, records, scraper.samples, monitor.samples, scraper.source, reason,
+    return LevelMeasurement(result, records, scraper.samples, samples(), scraper.source, reason,
                             host_samples=host.samples, gpu_samples=gpu.samples)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -94,6 +94,8 @@ class MeasurementSection(Strict):
     ab_margin: float = Field(0.05, ge=0, lt=1)
     default_tolerance: float = Field(0.05, gt=0, lt=1)
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
+    # Client processes a closed-loop level's streams are sharded over: a count, or "auto" (sglperf.shards).
+    client_procs: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 
 
 class SloSection(Strict):

@@ -39,6 +39,10 @@ class Tokenizer:
         self.name = name_or_path
         self._encode, self._decode, self.vocab_size = self._load(name_or_path)
 
+    def __reduce__(self):
+        """A client process (--client-procs) loads the same tokenizer by its name."""
+        return (Tokenizer, (self.name,))
+
     @staticmethod
     def _load(name: str):
         p = Path(name).expanduser()

@@ -82,7 +82,8 @@ class ServerSample:
 class ClientSample:
     time: float
     cpu_s: float  # this process's CPU time so far
-    loop_lag_s: float  # how late the event loop woke the monitor's 50 ms ticker (level.ClientMonitor)
+    loop_lag_s: float  # how late the event loop woke the monitor's 50 ms ticker (client.ClientMonitor)
+    worker: int = 0  # which client process (--client-procs): lag and CPU are judged per process
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class LevelResult:
     note: str | None = None
     warnings: tuple[str, ...] = ()  # worth knowing, not invalidating (e.g. latency percentiles blurred)
     connection_retries: int = 0  # reused keep-alive connections the server had closed: retried, not errors
+    client_procs: int = 1  # client processes the level's streams were sharded over (--client-procs)
     count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
     host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
     sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window

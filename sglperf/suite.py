@@ -21,6 +21,7 @@ from . import baselines, engines, fingerprint, history, profiles, report
 from . import launch as launcher
 from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
 from .client import Target, Workload, run_loop
+from .shards import parse_client_procs, resolve_client_procs
 from .level import LevelMeasurement, LevelSpec, measure_level
 from .metrics import MeasurementPolicy
 from .negotiate import negotiate
@@ -50,9 +51,11 @@ class SuiteOptions:
     gpu_lock_timeout: float = 7200.0
     allure_dir: Path | None = None
     tokenizer: str | None = None
+    client_procs: str | None = None  # a count or "auto", overriding the profile's
 
     def __post_init__(self) -> None:
         """Every option is checked before anything is launched or measured: a usage error names it and its range."""
+        parse_client_procs(self.client_procs)
         if self.server_url:
             engines.check_url(self.server_url)
         if self.ci_target is not None and not 0 < self.ci_target <= 0.5:
@@ -86,7 +89,8 @@ class SuiteOptions:
         return redact({"--server-url": self.server_url, "--server-arg": redact_argv(list(self.server_args)),
                        "--model-path": self.model_path, "--levels": list(self.levels) or None,
                        "--perf-config": list(self.perf_configs) or None, "--baseline-file": self.baseline_file,
-                       "--ci-target": self.ci_target, "--level-max-seconds": self.level_max_seconds})
+                       "--ci-target": self.ci_target, "--level-max-seconds": self.level_max_seconds,
+                       "--client-procs": self.client_procs})
 
 
 def gpu_preflight(hw: profiles.HardwareSection) -> None:
@@ -367,13 +371,17 @@ class Suite:
                          min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s)
         bf, _ = self.baseline(run)
         entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
+        done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
+        procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
+                                     self.measurements[key[:2] + (done[-1],)].result if done else None)
         started = time.time()
         try:
             meas = run_loop(measure_level(run.target, run.workload, spec, self.policy(run.profile),
                                              engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
                                              server_check=run.server.crash_reason, server_pids=run.server.tree_pids,
                                              gpus=run.fingerprint.get("gpu_indices") or None,
-                                             decided=decides_floor(entry.floor) if entry else None))
+                                             decided=decides_floor(entry.floor) if entry else None,
+                                             client_procs=procs))
         except KeyboardInterrupt:
             self.interrupted = True
             raise

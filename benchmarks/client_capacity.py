@@ -1,0 +1,87 @@
+"""The chunk rate the client streams before its own event loop lags: one process, and N (--client-procs).
+
+    python benchmarks/client_capacity.py [--seconds 8] [--concurrency 128] [--scales 1,4,16,64,1000] [--procs 1,2]
+
+Against the simulator's ci preset at increasing --time-scale (1000 = near-zero step time), so the offered chunk
+rate rises until the client (or the server: they share this machine's cores) saturates; the table says who was
+busy. A process's capacity is the highest rate whose loop lag p99 stays under 50 ms (the suite's client-bound
+limit). Lag and CPU are the worst process's. To compare with an older sglperf, run this script with that
+checkout first on PYTHONPATH (--procs 1: older versions have no --client-procs).
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from sglperf import engines
+from sglperf.client import Target, Workload
+from sglperf.launch import LaunchSpec, launch
+from sglperf.level import LevelSpec, measure_level
+from sglperf.metrics import MeasurementPolicy
+
+try:
+    from sglperf.client import run_loop
+except ImportError:  # an older sglperf
+    import asyncio
+
+    run_loop = asyncio.run
+
+
+def worst(samples, what):
+    """The worst worker's lag p99 (ms) or CPU share of a core."""
+    out = []
+    for w in sorted({getattr(s, "worker", 0) for s in samples}):
+        mine = [s for s in samples if getattr(s, "worker", 0) == w]
+        if len(mine) < 2:
+            continue
+        if what == "lag":
+            out.append(np.percentile([s.loop_lag_s for s in mine], 99) * 1e3)
+        else:
+            out.append((mine[-1].cpu_s - mine[0].cpu_s) / (mine[-1].time - mine[0].time))
+    return max(out) if out else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--concurrency", type=int, default=128)
+    ap.add_argument("--scales", default="1,4,16,64,1000")
+    ap.add_argument("--procs", default="1,2")
+    a = ap.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="sglperf-bench-"))
+    print(f"{'procs':>5} {'scale':>6} {'chunks/s':>10} {'client CPU':>10} {'µs CPU/chunk':>13} {'loop lag p99':>13} "
+          f"{'server CPU':>10}")
+    c = a.concurrency
+    for procs in (int(x) for x in a.procs.split(",")):
+        for scale in a.scales.split(","):
+            srv = launch(LaunchSpec("sim-fast", [sys.executable, "-m", "sglperf.sim", "--preset", "ci",
+                                                 "--random-seed", "1", "--time-scale", scale], logs,
+                                    launch_timeout_s=60))
+            proc = psutil.Process(srv.pid)
+            try:
+                s0, t0 = proc.cpu_times(), time.monotonic()
+                kw = {"client_procs": procs} if procs > 1 else {}
+                m = run_loop(measure_level(Target(srv.url), Workload(32, 64), LevelSpec(
+                    concurrency=c, max_seconds=a.seconds, drain_timeout_s=5), MeasurementPolicy(ci_target=0.0),
+                    engine=engines.get("sim"), **kw))
+                wall = time.monotonic() - t0
+                s1 = proc.cpu_times()
+                chunks = sum(len(r.chunk_times) for r in m.records)
+                span = max(r.end_time for r in m.records) - min(r.send_time for r in m.records)
+                cpu = worst(m.client_samples, "cpu")
+                server = (s1.user + s1.system - s0.user - s0.system) / wall
+                print(f"{procs:>5} {scale:>6} {chunks / span:>10,.0f} {cpu:>10.0%} "
+                      f"{cpu * procs / (chunks / span) * 1e6:>13.1f} {worst(m.client_samples, 'lag'):>10.1f} ms "
+                      f"{server:>10.0%}", flush=True)
+            finally:
+                srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
