@@ -4,7 +4,8 @@
 
 Against the simulator's ci preset at increasing --time-scale (1000 = near-zero step time), so the offered chunk
 rate rises until the client (or the server: they share this machine's cores) saturates; the table says who was
-busy. A process's capacity is the highest rate whose loop lag p99 stays under 50 ms (the suite's client-bound
+busy. Past the simulator's own limit (~30,000 chunks/s on one 2-core CI machine's core), `--server chunks` streams
+pre-shaped chunks from benchmarks/chunk_server.py at --scales tokens/s per stream. A process's capacity is the highest rate whose loop lag p99 stays under 50 ms (the suite's client-bound
 limit). Lag and CPU are the worst process's. To compare with an older sglperf, run this script with that
 checkout first on PYTHONPATH (--procs 1: older versions have no --client-procs).
 """
@@ -52,6 +53,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--scales", default="1,4,16,64,1000")
     ap.add_argument("--procs", default="1,2")
+    ap.add_argument("--server", choices=("sim", "chunks"), default="sim",
+                    help="sim: the simulator, --scales are its --time-scale; chunks: benchmarks/chunk_server.py, "
+                         "--scales are each stream's tokens/s (for rates past the simulator's own limit)")
     a = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="sglperf-bench-"))
     print(f"{'procs':>5} {'scale':>6} {'chunks/s':>10} {'client CPU':>10} {'µs CPU/chunk':>13} {'loop lag p99':>13} "
@@ -59,9 +63,10 @@ def main() -> int:
     c = a.concurrency
     for procs in (int(x) for x in a.procs.split(",")):
         for scale in a.scales.split(","):
-            srv = launch(LaunchSpec("sim-fast", [sys.executable, "-m", "sglperf.sim", "--preset", "ci",
-                                                 "--random-seed", "1", "--time-scale", scale], logs,
-                                    launch_timeout_s=60))
+            argv = ([sys.executable, "-m", "sglperf.sim", "--preset", "ci", "--random-seed", "1", "--time-scale",
+                     scale] if a.server == "sim" else
+                    [sys.executable, str(Path(__file__).with_name("chunk_server.py")), "--tokens-per-s", scale])
+            srv = launch(LaunchSpec(a.server, argv, logs, launch_timeout_s=60))
             proc = psutil.Process(srv.pid)
             try:
                 s0, t0 = proc.cpu_times(), time.monotonic()

@@ -258,7 +258,11 @@ class LoadGenerator:
         self.in_flight[index] = p
         cancelled = False
         try:
-            await asyncio.wait_for(self._stream(path, payload, p), self.request_timeout)
+            if hasattr(asyncio, "timeout"):  # 3.11+: a deadline on this task, not a new task per request
+                async with asyncio.timeout(self.request_timeout):
+                    await self._stream(path, payload, p)
+            else:
+                await asyncio.wait_for(self._stream(path, payload, p), self.request_timeout)
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -285,12 +285,13 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                  note: str | None = None, window_cap: float | None = None,
                  lifetime_s: float | None = None, window: tuple[float, float] | None = None,
                  stopped_because: str | None = None, prompt_check: str = "exact",
-                 host_samples: list = (), gpu_samples: list = ()) -> LevelResult:
+                 host_samples: list = (), gpu_samples: list = (), latencies: bool = True) -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
     follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
     and CI batch length the stop decision judged. `stopped_because`: why the level was stopped early (systematic
     failures, in the server's words). `prompt_check`: "exact" (the server must count ISL prompt tokens) or "chat"
-    (ISL plus one constant chat-template overhead)."""
+    (ISL plus one constant chat-template overhead). `latencies=False`: TTFT, TPOT and ITL are left empty (E2E is
+    kept): a check in the middle of a level needs only the throughput, and ITL is one Python step per chunk."""
     reasons: list[str] = [stopped_because] if stopped_because else []
     warns: list[str] = []
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
@@ -347,7 +348,9 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         if completed_in_window < need:
             reasons.append(f"only {completed_in_window} requests completed inside the window (need {need})")
     lag, cpu = client_health(list(client_samples), window)
-    lat = latency_summaries(lat_records)
+    lat = (latency_summaries(lat_records) if latencies else
+           {"ttft_ms": summarize([]), "tpot_ms": summarize([]), "itl_ms": summarize([]),
+            "e2e_ms": summarize([(r.end_time - r.send_time) * 1e3 for r in lat_records])})
     e2e_med = lat["e2e_ms"].median
     lag_limit = max(policy.max_loop_lag_p99_s * 1e3, policy.max_lag_share_of_e2e * (e2e_med or 0))
     if lag is not None and lag > lag_limit:

@@ -106,7 +106,31 @@ class PromptMaker:
         self.fmt, self.isl, self.seed, self.low, self.high, self.tokenizer = fmt, isl, seed, low, high, tokenizer
 
     def make(self, stream: int, index: int) -> Prompt:
-        rng = np.random.default_rng([self.seed, stream, index])
         if self.fmt == "ids":
-            return Prompt(ids=rng.integers(self.low, self.high, self.isl).tolist(), tokens=self.isl)
+            return Prompt(ids=counter_ids(self.seed, stream, index, self.isl, self.low, self.high), tokens=self.isl)
+        rng = np.random.default_rng([self.seed, stream, index])
         return Prompt(text=exact_text(self.tokenizer, rng, self.isl, self.low, self.high), tokens=self.isl)
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(z: int) -> int:
+    """SplitMix64's finaliser on one Python int."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def counter_ids(seed: int, stream: int, index: int, n: int, low: int, high: int) -> list[int]:
+    """`n` ids in [low, high), a pure function of (seed, stream, index): SplitMix64 over a counter, vectorised.
+    Why not a seeded numpy Generator per request: seeding one (SeedSequence) cost ~47 µs, a fifth of the client's
+    CPU per request at 32 output tokens; this costs a few."""
+    key = _mix(_mix(_mix(seed & _M64) ^ (stream & _M64)) ^ (index & _M64))
+    with np.errstate(over="ignore"):
+        z = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(key)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z % np.uint64(high - low) + np.uint64(low)).tolist()

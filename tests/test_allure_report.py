@@ -153,7 +153,7 @@ def test_the_nightly_script_itself_runs_the_suite_and_exits_with_its_code(tmp_pa
                    EXTRA_PYTEST_ARGS="--perf-config rr24-cds4 -p no:randomly")
     p = subprocess.run(["bash", str(ROOT / "ci" / "run-perf.sh")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert_suite_passed(p.returncode, p.stdout + p.stderr)
     assert list((tmp_path / "reports" / "runs").glob("*.json")), "the run file"
     assert any((tmp_path / "reports" / "allure-results").glob("*-result.json")), "Allure results"
     assert (tmp_path / "persist" / "history.jsonl").read_text().count("\n") == 1, "one history record"
