@@ -3,13 +3,13 @@
     python benchmarks/client_vs_bench_serving.py --sglang-python /tmp/sgl/bin/python [--concurrency 16]
 
 Both clients stream SGLang's native /generate from the simulator's `ci` preset, sped up by --time-scale (token ids
-in, 32 + 32 tokens,
-closed loop at --concurrency, ignore_eos). Each runs twice, short and long, and the table gives the *marginal* CPU:
+in, 32 + 32 tokens, closed loop at --concurrency, ignore_eos); sglperf with uvloop and with asyncio's own loop.
+Each runs twice, short and long, and the table gives the *marginal* CPU:
 (CPU of the long run - CPU of the short one) / (tokens of the long - tokens of the short), so interpreter start-up,
 imports (SGLang's pull in torch) and tokenizer loading cancel out. CPU is the client process's user + system time
 (its children's rusage). Run on a quiet machine; the ratio is what to read, the absolute µs depend on the CPU.
 
-SGLang 0.5.23 in its own venv, CPU only (no GPU needed for its client), as README.md says under "Load generator".
+SGLang 0.5.23 in its own venv, CPU only (no GPU needed for its client), as README.md says under "The load generator".
 """
 
 from __future__ import annotations
