@@ -5,9 +5,10 @@
 Against the simulator's ci preset at increasing --time-scale (1000 = near-zero step time), so the offered chunk
 rate rises until the client (or the server: they share this machine's cores) saturates; the table says who was
 busy. Past the simulator's own limit (~30,000 chunks/s on one 2-core CI machine's core), `--server chunks` streams
-pre-shaped chunks from benchmarks/chunk_server.py at --scales tokens/s per stream. A process's capacity is the highest rate whose loop lag p99 stays under 50 ms (the suite's client-bound
-limit). Lag and CPU are the worst process's. To compare with an older sglperf, run this script with that
-checkout first on PYTHONPATH (--procs 1: older versions have no --client-procs).
+pre-shaped chunks from benchmarks/chunk_server.py at --scales tokens/s per stream. A process's capacity is the
+highest rate whose loop lag p99 stays under 50 ms (the suite's client-bound limit). Lag and CPU are the worst
+process's. To compare with an older sglperf, run this script with that checkout first on PYTHONPATH (--procs 1:
+older versions have no --client-procs).
 """
 
 import argparse
@@ -16,14 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 from sglperf import engines
 from sglperf.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
 from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy
+from sglperf.metrics import MeasurementPolicy, client_health
 
 try:
     from sglperf.client import run_loop
@@ -31,20 +31,6 @@ except ImportError:  # an older sglperf
     import asyncio
 
     run_loop = asyncio.run
-
-
-def worst(samples, what):
-    """The worst worker's lag p99 (ms) or CPU share of a core."""
-    out = []
-    for w in sorted({getattr(s, "worker", 0) for s in samples}):
-        mine = [s for s in samples if getattr(s, "worker", 0) == w]
-        if len(mine) < 2:
-            continue
-        if what == "lag":
-            out.append(np.percentile([s.loop_lag_s for s in mine], 99) * 1e3)
-        else:
-            out.append((mine[-1].cpu_s - mine[0].cpu_s) / (mine[-1].time - mine[0].time))
-    return max(out) if out else float("nan")
 
 
 def main() -> int:
@@ -78,10 +64,11 @@ def main() -> int:
                 s1 = proc.cpu_times()
                 chunks = sum(len(r.chunk_times) for r in m.records)
                 span = max(r.end_time for r in m.records) - min(r.send_time for r in m.records)
-                cpu = worst(m.client_samples, "cpu")
+                # the worst process's lag p99 and CPU share, over the whole level
+                lag, cpu = client_health(m.client_samples, (m.client_samples[0].time, m.client_samples[-1].time))
                 server = (s1.user + s1.system - s0.user - s0.system) / wall
                 print(f"{procs:>5} {scale:>6} {chunks / span:>10,.0f} {cpu:>10.0%} "
-                      f"{cpu * procs / (chunks / span) * 1e6:>13.1f} {worst(m.client_samples, 'lag'):>10.1f} ms "
+                      f"{cpu * procs / (chunks / span) * 1e6:>13.1f} {lag:>10.1f} ms "
                       f"{server:>10.0%}", flush=True)
             finally:
                 srv.stop()

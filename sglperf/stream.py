@@ -119,8 +119,9 @@ class StreamClient:
         self.fresh, self.connect_timeout, self.clock = fresh, connect_timeout, clock
         host = self.host if u.port is None else f"{self.host}:{self.port}"
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "content-type")
+        close = "Connection: close\r\n" if fresh else ""
         self._head = (f"Host: {host}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n{extra}"
-                      f"{'Connection: close' + chr(13) + chr(10) if fresh else ''}")
+                      f"{close}")
         self._idle: list[_Exchange] = []
         self._ssl = ssl.create_default_context() if self.tls else None
 
