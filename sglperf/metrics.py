@@ -213,10 +213,19 @@ def _interp(samples: list[ServerSample], attr: str, t: float) -> float | None:
     return float(np.interp(t, xs, ys))
 
 
+def _edge_uncertainty(samples: list[ServerSample], t: float) -> float:
+    """How far in time a counter interpolated at `t` may be off: the larger half round trip of the two scrapes
+    around it (each was read somewhere inside its own round trip)."""
+    before = [s for s in samples if s.time <= t]
+    after = [s for s in samples if s.time >= t]
+    near = ([before[-1]] if before else []) + ([after[0]] if after else [])
+    return max((s.time_uncertainty_s for s in near), default=0.0)
+
+
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
     """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
     out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
-               server_mean_token_usage=None, server_retractions=None)
+               server_mean_token_usage=None, server_retractions=None, server_edges_uncertainty_s=None)
     if not samples or window is None:
         return out
     s, e = window
@@ -230,6 +239,8 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
         out["server_output_tps"] = (d_decode + d_first) / (e - s)
     elif d_out is not None:
         out["server_output_tps"] = d_out / (e - s)
+    if out["server_output_tps"] is not None:
+        out["server_edges_uncertainty_s"] = _edge_uncertainty(samples, s) + _edge_uncertainty(samples, e)
     inside = [x for x in samples if s <= x.time <= e]
     for attr, key in (("running", "server_mean_running"), ("queued", "server_mean_queued"),
                       ("token_usage", "server_mean_token_usage")):
@@ -392,7 +403,8 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         server_output_tps=sv["server_output_tps"], server_ratio=server_ratio,
         server_mean_running=sv["server_mean_running"], server_max_running=sv["server_max_running"],
         server_mean_queued=sv["server_mean_queued"], server_mean_token_usage=sv["server_mean_token_usage"],
-        server_retractions=sv["server_retractions"], **lat, errors=dict(errors),
+        server_retractions=sv["server_retractions"], server_edges_uncertainty_s=sv["server_edges_uncertainty_s"],
+        **lat, errors=dict(errors),
         window_start=window[0] if window else None, window_end=window[1] if window else None,
         window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, lifetime_s=lifetime, completed=len(ok),
         completed_in_window=completed_in_window,

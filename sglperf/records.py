@@ -76,6 +76,9 @@ class ServerSample:
     gen_throughput: float | None = None
     sim_engine_s_total: float | None = None  # the simulator: real seconds its engine steps took
     sim_behind_s_total: float | None = None  # ... and how late its loop ran (the host could not keep up)
+    # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
+    # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).
+    time_uncertainty_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,9 @@ class LevelResult:
     goodput_rps: float | None = None
     goodput_tps: float | None = None
     slo_met_share: float | None = None
+    # how far in time the server's counters are uncertain at the window's two edges together (scrape round trips):
+    # the client-vs-server comparison allows this share of the window on top of the profile's agreement
+    server_edges_uncertainty_s: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -8,6 +8,7 @@ Why: a client-side number is corroborated by the server's counters over the same
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Callable
 
@@ -41,9 +42,12 @@ class Scraper:
                 async with session.get(self.url + path, headers=self.headers) as r:
                     if r.status != 200:
                         continue
-                    t = (t_send + self.clock()) / 2
+                    t_recv = self.clock()
+                    t = (t_send + t_recv) / 2
                     s = (self.engine.parse_metrics(await r.text(), t) if source == "metrics"
                          else self.engine.parse_loads(await r.json(), t))
+                    if s is not None:
+                        s = dataclasses.replace(s, time_uncertainty_s=(t_recv - t_send) / 2)
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 self.errors += 1
                 self.last_error = f"{type(e).__name__}: {e}"

@@ -164,6 +164,22 @@ def test_server_view_interpolates_counters_at_the_window_edges():
     assert res.server_mean_running == 4 and res.server_mean_token_usage == 0.5
 
 
+def test_slow_scrapes_at_the_window_edges_are_counted_as_timing_uncertainty():
+    recs = closed_loop(4, 1.0, 40.0, tokens=10)
+    # every scrape took 20 ms to answer, except the two that took 240 ms: the counter is known to +/-120 ms there
+    slow = {7, 50}
+    samples = [ServerSample(t, decode_tokens_total=36 * t, first_tokens_total=4 * t,
+                            time_uncertainty_s=0.12 if i in slow else 0.01)
+               for i, t in enumerate(np.arange(0, 41, 0.7))]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       server_samples=samples)
+    s, e = res.window_start, res.window_end
+    bracketing = [max(u for t, u in ((x.time, x.time_uncertainty_s) for x in samples) if abs(t - edge) < 0.7)
+                  for edge in (s, e)]
+    assert res.server_edges_uncertainty_s == pytest.approx(sum(bracketing))
+    assert res.server_edges_uncertainty_s >= 0.02
+
+
 def test_lag_that_only_blurs_timestamps_is_a_warning_not_invalid():
     from sglperf.records import ClientSample
 

@@ -89,7 +89,7 @@ def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path
     assert a[0][2] != b[0][2] and a[1][2] != b[1][2], "while the resolved commands differ (interpreter, cache)"
 
 
-def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge():
+def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge_plus_the_scrapes_timing():
     from types import SimpleNamespace
 
     from sglperf import engines
@@ -105,3 +105,10 @@ def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window
     assert tol == pytest.approx(2 * 8 * 32 / (695.0 * 13.0)) and "uncertain by up to 256 tokens" in why
     run.engine = engines.get("sim")  # SGLang's counters move per token: the profile's bound
     assert ConfigRun.server_agreement(run, r) == (0.02, "±2%")
+
+    # scrapes answered in 240 ms round trips at both edges: the counter is known to +/-120 ms at each
+    # ... and a client whose loop ran 10 ms late (p99): its token times at each edge are that late
+    slow = dataclasses.replace(r, server_edges_uncertainty_s=0.24, client_lag_p99_ms=10.0)
+    tol, why = ConfigRun.server_agreement(run, slow)
+    assert tol == pytest.approx(0.02 + (0.24 + 0.02) / 13.0)
+    assert "+ 2.0% for timing at the window's edges (240 ms of scrape round trip, 2 x 10 ms of client loop lag" in why
