@@ -131,6 +131,7 @@ class HistoryLevel(Strict):
     whole_run_output_tps: float | None = None
     ttft_p99_ms: float | None = None
     ttft_p50_ms: float | None = None
+    ttft_mean_ms: float | None = None
     tpot_p50_ms: float | None = None
     tpot_p99_ms: float | None = None
     itl_p99_ms: float | None = None

@@ -9,7 +9,7 @@ import pytest
 from sglperf import baselines
 from sglperf.baselines import Entry
 from sglperf.bench import table
-from sglperf.latency import ceiling_outcome, check_ceiling, min_requests, percentile_interval
+from sglperf.latency import MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval
 from sglperf.metrics import MeasurementPolicy, goodput, level_result
 from sglperf.records import RequestRecord
 from sglperf.sim.calibrate import engine_config
@@ -80,6 +80,45 @@ def test_a_slower_ttft_is_a_latency_regression_naming_it_and_a_queue_past_the_kv
     assert tpot.outcome == "pass", tpot.message
 
 
+def test_a_bimodal_ttft_hides_a_slower_prefill_from_its_median_but_not_from_its_mean():
+    """The simulator at c8: a request arrives between runs of continuous decode steps (short wait) or during one
+    (waits it out). A slower prefill lengthens every TTFT a little and moves requests into the long mode: the
+    median stays in the short mode until that mode drops below half (its interval reaches into the other: at best
+    inconclusive), while the mean moves with all of it."""
+    rng = np.random.default_rng(5)
+
+    def ttfts(short_share, short_ms, long_ms, n=300):
+        return np.where(rng.random(n) < short_share, short_ms, long_ms) + rng.normal(0, 0.2, n)
+
+    base, slow = ttfts(0.70, 10.0, 20.0), ttfts(0.55, 10.5, 21.0)
+    for metric, value in (("ttft_p50_ms", float(np.median(base))), ("ttft_mean_ms", float(np.mean(base)))):
+        recs = [rec(i, i * 1.0, t / 1e3, 0.008) for i, t in enumerate(slow)]
+        r = level_result(recs, target=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+        v = check_ceiling(recs, r, entry(metric, value, tol=0.10), where="sim-ci/a c8", baseline_source="b.json")
+        if metric == "ttft_p50_ms":
+            assert v.outcome in ("pass", "inconclusive"), v.message  # +5%, its interval reaching the other mode
+        else:
+            assert v.outcome == "regression", v.message
+            assert v.message.startswith("LATENCY REGRESSION: sim-ci/a c8: ttft_mean_ms ")
+
+
+def test_a_mean_needs_30_requests_before_it_has_an_interval():
+    assert mean_interval(np.arange(MIN_FOR_MEAN - 1.0))[1:] == (None, None)
+    est, lo, hi = mean_interval(np.arange(float(MIN_FOR_MEAN)))
+    assert lo < est < hi
+    recs = closed_loop(2, 1.0, 10.0, tokens=16, ttft=0.1)
+    r = level_result(recs, target=2, rate=None, isl=32, osl=16, policy=MeasurementPolicy(min_batches=2))
+    v = check_ceiling(recs, r, entry("ttft_mean_ms", 200.0), where="x", baseline_source="b")
+    assert v.outcome == "inconclusive" and "too few for an upper end of the mean interval (it needs 30)" in v.message
+
+
+def test_the_mean_interval_covers_the_true_mean_of_a_skewed_latency_95_percent_of_the_time():
+    rng = np.random.default_rng(9)
+    true = float(np.exp(0.5 ** 2 / 2))  # lognormal(0, 0.5)
+    hits = sum(lo <= true <= hi for _, lo, hi in (mean_interval(rng.lognormal(0.0, 0.5, 100)) for _ in range(2000)))
+    assert hits / 2000 >= 0.93  # t over 100 skewed values: close to nominal
+
+
 def test_too_few_requests_for_a_p99_is_inconclusive_and_says_how_many_it_needs():
     recs = closed_loop(4, 1.0, 30.0, tokens=16, ttft=0.1)
     r = level_result(recs, target=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
@@ -87,28 +126,36 @@ def test_too_few_requests_for_a_p99_is_inconclusive_and_says_how_many_it_needs()
     assert v.outcome == "inconclusive" and "(it needs 368)" in v.message
 
 
-def test_calibrated_latency_ceilings_raise_at_most_one_percent_false_alarms():
-    """Four calibration runs of an unchanged system (p99 TTFT varies run to run by `cv`; each level has 600
-    requests), then a fifth: how often its interval lands wholly above the calibrated ceiling, and how often a
-    TTFT 50% slower is caught."""
+@pytest.mark.parametrize("stat,n", [(0.99, 600), (0.5, 105), ("mean", 105)], ids=["p99", "p50", "mean"])
+def test_calibrated_latency_ceilings_raise_at_most_one_percent_false_alarms(stat, n):
+    """Four calibration runs of an unchanged system (the level's TTFT statistic varies run to run by `cv`; each
+    level has `n` requests: 600 for a p99, sim-ci's 105 at c8 for the median and mean), then a fifth: how often its
+    interval lands wholly above the calibrated ceiling, and how often a TTFT 50% slower is caught."""
     rng = np.random.default_rng(11)
+
+    def value(x):
+        return float(np.mean(x)) if stat == "mean" else float(np.percentile(x, stat * 100))
+
+    def interval(x):
+        return mean_interval(x) if stat == "mean" else percentile_interval(x, stat)
+
+    name = "mean" if stat == "mean" else f"p{stat * 100:g}"
     for cv in (0.03, 0.10):
         alarms = caught = inconclusive = 0
         trials = 600
         for _ in range(trials):
             def run(scale=1.0):
-                return rng.lognormal(np.log(100.0), 0.3, 600) * rng.normal(1.0, cv) * scale
-            p99s = [float(np.percentile(run(), 99)) for _ in range(4)]
-            mean, _, tol = baselines.calibrated_tolerance(p99s)
+                return rng.lognormal(np.log(100.0), 0.3, n) * rng.normal(1.0, cv) * scale
+            mean, _, tol = baselines.calibrated_tolerance([value(run()) for _ in range(4)])
             ceiling = mean * (1 + tol)
-            _, lo, hi = percentile_interval(run(), 0.99)
+            _, lo, hi = interval(run())
             outcome = ceiling_outcome(lo, hi, ceiling)
             alarms += outcome == "regression"
             inconclusive += outcome == "inconclusive"
-            _, lo, hi = percentile_interval(run(1.5), 0.99)
+            _, lo, hi = interval(run(1.5))
             caught += ceiling_outcome(lo, hi, ceiling) == "regression"
-        print(f"p99 TTFT, run-to-run CV {cv:.0%}: false regressions {alarms / trials:.2%}, inconclusive "
-              f"{inconclusive / trials:.1%}, a 50% slower TTFT caught {caught / trials:.1%}")
+        print(f"{name} TTFT ({n} requests), run-to-run CV {cv:.0%}: false regressions {alarms / trials:.2%}, "
+              f"inconclusive {inconclusive / trials:.1%}, a 50% slower TTFT caught {caught / trials:.1%}")
         assert alarms / trials <= 0.01
 
 
