@@ -53,6 +53,7 @@ def metric_declarations(results: Path) -> dict:
 
 # perf-metric kind (report.metric_key) -> title, unit, direction, group
 KINDS = {"throughput": ("sustained output", "tok/s", "higher", "throughput"),
+         "ttft_mean": ("TTFT mean", "ms", "lower", "latency"),
          "ttft_p99": ("TTFT p99", "ms", "lower", "latency"),
          "tpot_p99": ("TPOT p99", "ms", "lower", "latency"),
          "goodput_tps": ("goodput (output of requests that met the SLO)", "tok/s", "higher", "goodput"),

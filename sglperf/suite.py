@@ -454,7 +454,8 @@ class Suite:
             if not r.valid:
                 continue  # an invalid level is never a data point
             start, stop = m.extra.get("epoch_ms", (0, 0))
-            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_p99", r.ttft_ms.p99),
+            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_mean", r.ttft_ms.mean),
+                                ("ttft_p99", r.ttft_ms.p99),
                                 ("tpot_p99", r.tpot_ms.p99), ("goodput_tps", r.goodput_tps),
                                 ("goodput_rps", r.goodput_rps)):
                 if value is not None:
