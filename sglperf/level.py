@@ -106,6 +106,12 @@ def systematic_failure(records: list[RequestRecord], concurrency: int | None) ->
     return None
 
 
+def scrape_warning(scraper: Scraper, r: LevelResult) -> str:
+    """The server's view was read less often than asked: say how much of it there is, and the server's words."""
+    return (f"{scraper.errors} scrapes of the server's metrics failed during the level ({r.server_samples_in_window} "
+            f"answered inside the window); last: {scraper.last_error}")
+
+
 async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
                         engine, stream_id: int = 0, request_timeout: float = 3600.0,
                         server_check: Callable[[], str | None] | None = None,
@@ -238,5 +244,8 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                      client_procs=generator.procs if sharded else 1)
     if gpu.error:
         result = replace(result, warnings=result.warnings + (gpu.error,))
+    if scraper.errors:
+        result = replace(result, scrape_errors=scraper.errors, scrape_last_error=scraper.last_error,
+                         warnings=result.warnings + (scrape_warning(scraper, result),))
     return LevelMeasurement(result, records, scraper.samples, samples(), scraper.source, reason,
                             host_samples=host.samples, gpu_samples=gpu.samples)

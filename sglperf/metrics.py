@@ -225,7 +225,8 @@ def _edge_uncertainty(samples: list[ServerSample], t: float) -> float:
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
     """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
     out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
-               server_mean_token_usage=None, server_retractions=None, server_edges_uncertainty_s=None)
+               server_mean_token_usage=None, server_retractions=None, server_edges_uncertainty_s=None,
+               server_samples_in_window=None)
     if not samples or window is None:
         return out
     s, e = window
@@ -242,6 +243,7 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
     if out["server_output_tps"] is not None:
         out["server_edges_uncertainty_s"] = _edge_uncertainty(samples, s) + _edge_uncertainty(samples, e)
     inside = [x for x in samples if s <= x.time <= e]
+    out["server_samples_in_window"] = len(inside)
     for attr, key in (("running", "server_mean_running"), ("queued", "server_mean_queued"),
                       ("token_usage", "server_mean_token_usage")):
         vals = [getattr(x, attr) for x in inside if getattr(x, attr) is not None]
@@ -404,7 +406,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         server_mean_running=sv["server_mean_running"], server_max_running=sv["server_max_running"],
         server_mean_queued=sv["server_mean_queued"], server_mean_token_usage=sv["server_mean_token_usage"],
         server_retractions=sv["server_retractions"], server_edges_uncertainty_s=sv["server_edges_uncertainty_s"],
-        **lat, errors=dict(errors),
+        server_samples_in_window=sv["server_samples_in_window"], **lat, errors=dict(errors),
         window_start=window[0] if window else None, window_end=window[1] if window else None,
         window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, lifetime_s=lifetime, completed=len(ok),
         completed_in_window=completed_in_window,

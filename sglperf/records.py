@@ -191,6 +191,11 @@ class LevelResult:
     # how far in time the server's counters are uncertain at the window's two edges together (scrape round trips):
     # the client-vs-server comparison allows this share of the window on top of the profile's agreement
     server_edges_uncertainty_s: float | None = None
+    # how well the server's own view is known: scrapes that answered inside the window, scrapes that failed during
+    # the level and the last failure's words (a gauge read from two samples is not a level's maximum)
+    server_samples_in_window: int | None = None
+    scrape_errors: int = 0
+    scrape_last_error: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

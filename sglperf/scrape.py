@@ -41,6 +41,9 @@ class Scraper:
             try:
                 async with session.get(self.url + path, headers=self.headers) as r:
                     if r.status != 200:
+                        if self.source is not None:  # it answered before: a failure (else: not exposed here)
+                            self.errors += 1
+                            self.last_error = f"{path}: HTTP {r.status}: {(await r.text())[:200].strip()}"
                         continue
                     t_recv = self.clock()
                     t = (t_send + t_recv) / 2
@@ -50,7 +53,8 @@ class Scraper:
                         s = dataclasses.replace(s, time_uncertainty_s=(t_recv - t_send) / 2)
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
                 self.errors += 1
-                self.last_error = f"{type(e).__name__}: {e}"
+                self.last_error = f"{path}: {type(e).__name__}" + (f": {e}" if str(e) else
+                                                                   f" (no answer within {self.timeout_s:g} s)")
                 continue
             if s is not None:
                 self.source = source
@@ -58,8 +62,12 @@ class Scraper:
                 return s
         return None
 
+    @property
+    def timeout_s(self) -> float:
+        return max(2.0, self.interval * 4)
+
     async def run(self, stop: asyncio.Event) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval * 4))
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for _ in range(10**9):
                 await self.sample_once(session)

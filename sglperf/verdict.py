@@ -128,6 +128,16 @@ class PlateauVerdict:
         return f"{head}\n{body}{probs}{unsure}"
 
 
+def _seen_from(r: LevelResult) -> str:
+    """What a server-side maximum was read from: a maximum over few scrapes, or with scrapes failing, may have
+    missed the busy moments."""
+    n = r.server_samples_in_window
+    out = "" if n is None else f" (read from {n} scrape{'s' if n != 1 else ''} inside the window"
+    if out and r.scrape_errors:
+        out += f"; {r.scrape_errors} failed during the level, last: {r.scrape_last_error}"
+    return out + ")" if out else ""
+
+
 def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float,
                   near: float = 0.05) -> PlateauVerdict:
     """Past the effective ceiling, sustained throughput stays within `band` of the reference level; the server shows
@@ -183,7 +193,7 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
             if run is not None:
                 if abs(run - ceiling.effective) > near * ceiling.effective + 1:
                     problems.append(f"c{lv}: server ran up to {run:.0f} requests, not near the predicted ceiling "
-                                    f"{ceiling.effective}")
+                                    f"{ceiling.effective}" + _seen_from(r))
                 at_cap = ceiling.cap is not None and abs(run - ceiling.cap) <= near * ceiling.cap + 1
                 at_kv = abs(run - ceiling.kv) <= near * ceiling.kv + 1
                 attributed = "cap" if at_cap and not at_kv else "kv" if at_kv and not at_cap else attributed

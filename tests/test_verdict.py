@@ -69,6 +69,18 @@ def test_a_server_running_far_from_the_prediction_violates_the_plateau():
     assert not v.passed and "not near the predicted ceiling 1935" in v.message
 
 
+def test_a_running_count_far_from_the_ceiling_says_how_many_scrapes_it_was_read_from_and_why_others_failed():
+    """The H200's llama.cpp read 1 running request with 32 slots busy: the message must let the next run tell a
+    server that counts wrong from a view read from two scrapes while the others timed out."""
+    c = predict_ceiling(495_488, 64, 128, 128, 2048)
+    thin = dataclasses.replace(lr(3072, 2062, running=1, queued=900), server_samples_in_window=2, scrape_errors=14,
+                               scrape_last_error="TimeoutError: ")
+    v = check_plateau({2048: lr(2048, 2095, running=1935, queued=100), 3072: thin}, c, band=0.07)
+    assert not v.passed
+    assert ("c3072: server ran up to 1 requests, not near the predicted ceiling 1935 (read from 2 scrapes inside the "
+            "window; 14 failed during the level, last: TimeoutError: )") in v.message
+
+
 def test_floor_message_names_everything():
     e = Entry(metric="sustained_output_tps", value=2095.0, tolerance=0.05, taken_at="2026-11-01", source="run x",
               sglperf_version="0.1.0")
