@@ -8,6 +8,8 @@ Each runs twice, short and long, and the table gives the *marginal* CPU:
 (CPU of the long run - CPU of the short one) / (tokens of the long - tokens of the short), so interpreter start-up,
 imports (SGLang's pull in torch) and tokenizer loading cancel out. CPU is the client process's user + system time
 (its children's rusage). Run on a quiet machine; the ratio is what to read, the absolute µs depend on the CPU.
+The last row is the floor (raw_stream_floor.py): a uvloop Protocol that only counts SSE events, no parser, no JSON,
+no records; what is left between it and sglperf is what sglperf's own Python does per token.
 
 SGLang 0.5.23 in its own venv, CPU only (no GPU needed for its client), as README.md says under "The load generator".
 """
@@ -65,6 +67,16 @@ def sglperf_run(url: str, c: int, seconds: float, tmp: Path, loop: str) -> tuple
     return cpu, tokens, wall
 
 
+def floor_run(url: str, c: int, seconds: float) -> tuple[float, int, float]:
+    """The raw floor (raw_stream_floor.py): a Protocol that only counts events, on the same server."""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("raw_stream_floor.py")), "--url", url,
+                        "--seconds", str(seconds), "--concurrency", str(c), "--isl", str(ISL), "--osl", str(OSL)],
+                       capture_output=True, text=True, timeout=900, check=True)
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    return doc["user_s"] + doc["sys_s"], int(doc["events"]), time.monotonic() - t0
+
+
 def bench_serving_run(py: str, url: str, c: int, prompts: int, tok: Path, tmp: Path) -> tuple[float, int, float]:
     out = tmp / f"bench-serving-{prompts}.jsonl"
     cpu, wall = timed([py, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--base-url", url,
@@ -100,6 +112,8 @@ def main() -> int:
         n = [max(a.concurrency * 2, int(round(rate * s / OSL))) for s in (a.short_seconds, a.long_seconds)]
         runs["bench_serving 0.5.23"] = [bench_serving_run(a.sglang_python, srv.url, a.concurrency, k, tok, tmp)
                                         for k in n]
+        runs["floor: raw uvloop Protocol"] = [floor_run(srv.url, a.concurrency, s)
+                                              for s in (a.short_seconds, a.long_seconds)]
     finally:
         srv.stop()
     print(f"{'client':<26} {'short: CPU s, tokens':>22} {'long: CPU s, tokens':>22} {'marginal µs/token':>18}")
@@ -107,9 +121,8 @@ def main() -> int:
     for name, (short, long_) in runs.items():
         per[name] = (long_[0] - short[0]) / (long_[1] - short[1]) * 1e6
         print(f"{name:<26} {short[0]:>10.2f} {short[1]:>11,} {long_[0]:>10.2f} {long_[1]:>11,} {per[name]:>18.1f}")
-    for loop in ("uvloop", "asyncio"):
-        print(f"sglperf ({loop}) / bench_serving CPU per output token: "
-              f"{per[f'sglperf bench ({loop})'] / per['bench_serving 0.5.23']:.2f}")
+    for name in ("sglperf bench (uvloop)", "sglperf bench (asyncio)", "floor: raw uvloop Protocol"):
+        print(f"{name} / bench_serving CPU per output token: {per[name] / per['bench_serving 0.5.23']:.2f}")
     return 0
 
 
