@@ -13,22 +13,39 @@ from sglperf.records import LevelResult
 from sglperf.shards import parse_client_procs, resolve_client_procs
 
 
-def level(url, c, procs, **spec):
+def level(url, c, procs, server_pids=None, **spec):
     return run_loop(measure_level(Target(url), Workload(32, 32), LevelSpec(concurrency=c, **spec),
-                                  MeasurementPolicy(ci_target=0.01), engine=engines.get("sim"), client_procs=procs))
+                                  MeasurementPolicy(ci_target=0.01), engine=engines.get("sim"), client_procs=procs,
+                                  server_pids=server_pids))
+
+
+def agrees_with_server(r: LevelResult) -> bool:
+    """The client's sustained rate and the server's own count over the same window, within 2% plus what the
+    window's edges are known to in time (as the suite's client-vs-server test allows)."""
+    timing = ((r.server_edges_uncertainty_s or 0) + 2 * (r.client_lag_p99_ms or 0) / 1e3) / r.window_s
+    return abs(r.server_ratio - 1) <= 0.02 + timing
 
 
 def test_two_client_processes_measure_the_same_sustained_throughput_as_one(start_sim):
+    """Both measure what the server did (its own count over the same window); on a quiet host that is the same
+    throughput within the two CIs. On a busy one the server itself runs at another speed in each level (a second
+    client process takes CPU from it on 2 cores: 1,917 vs 1,891 tok/s under a one-core hog), which the host monitor
+    names; there only the agreement with the server is judged."""
     srv = start_sim("--enable-metrics", "--max-running-requests", "24", "--noise-cv", "0.01")
-    one, two = level(srv.url, 24, 1, max_seconds=40), level(srv.url, 24, 2, max_seconds=40)
+    one = level(srv.url, 24, 1, server_pids=srv.tree_pids, max_seconds=40)
+    two = level(srv.url, 24, 2, server_pids=srv.tree_pids, max_seconds=40)
     a, b = one.result, two.result
     assert a.valid and b.valid, (a.invalid_reasons, b.invalid_reasons)
     assert (a.client_procs, b.client_procs) == (1, 2)
     assert {s.worker for s in two.client_samples} == {0, 1}, "each process's lag and CPU are sampled and judged"
-    assert abs(a.sustained_output_tps - b.sustained_output_tps) <= (a.sustained_output_tps_ci95
-                                                                   + b.sustained_output_tps_ci95), \
-        f"1 process: {a.sustained_output_tps:.1f} ± {a.sustained_output_tps_ci95:.1f}, 2: " \
-        f"{b.sustained_output_tps:.1f} ± {b.sustained_output_tps_ci95:.1f}"
+    seen = (f"1 process: {a.sustained_output_tps:.1f} ± {a.sustained_output_tps_ci95:.1f} (server ratio "
+            f"{a.server_ratio:.4f}), 2: {b.sustained_output_tps:.1f} ± {b.sustained_output_tps_ci95:.1f} (server ratio "
+            f"{b.server_ratio:.4f}); disturbed: {a.disturbances + b.disturbances}")
+    print(seen)
+    assert agrees_with_server(a) and agrees_with_server(b), seen
+    if not (a.disturbances or b.disturbances):
+        assert abs(a.sustained_output_tps - b.sustained_output_tps) <= (a.sustained_output_tps_ci95
+                                                                       + b.sustained_output_tps_ci95), seen
     assert not a.errors and not b.errors
     # every stream keeps its own request sequence: request k + 24 j is stream k's j-th, whichever process sent it
     streams = {r.index % 24 for r in two.records}
