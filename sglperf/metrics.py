@@ -222,11 +222,27 @@ def _edge_uncertainty(samples: list[ServerSample], t: float) -> float:
     return max((s.time_uncertainty_s for s in near), default=0.0)
 
 
+def _running_per_step(samples: list[ServerSample], s: float, e: float, delta) -> tuple[float, float] | None:
+    """Mean running requests over the window, and the largest mean between two successive scrapes inside it, from
+    counters of busy slots summed over decode steps (ServerSample.busy_slot_steps_total): what the engine itself
+    counted at every step, not what a scrape happened to see."""
+    d_steps, d_busy = delta("decode_steps_total"), delta("busy_slot_steps_total")
+    if not d_steps or d_busy is None:
+        return None
+    pts = [x for x in samples if x.decode_steps_total is not None and x.busy_slot_steps_total is not None]
+    near = [x for x in pts if s <= x.time <= e]
+    edges = [x for x in pts if x.time < s][-1:] + near + [x for x in pts if x.time > e][:1]
+    means = [(b.busy_slot_steps_total - a.busy_slot_steps_total) / (b.decode_steps_total - a.decode_steps_total)
+             for a, b in zip(edges, edges[1:]) if b.decode_steps_total > a.decode_steps_total]
+    mean = d_busy / d_steps
+    return mean, max(means + [mean])
+
+
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
     """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
     out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
                server_mean_token_usage=None, server_retractions=None, server_edges_uncertainty_s=None,
-               server_samples_in_window=None)
+               server_samples_in_window=None, server_running_source=None)
     if not samples or window is None:
         return out
     s, e = window
@@ -250,6 +266,11 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
         out[key] = float(np.mean(vals)) if vals else None
     running = [x.running for x in inside if x.running is not None]
     out["server_max_running"] = float(max(running)) if running else None
+    out["server_running_source"] = "snapshots" if running else None
+    per_step = _running_per_step(samples, s, e, delta)
+    if per_step is not None:
+        out["server_mean_running"], out["server_max_running"] = per_step
+        out["server_running_source"] = "per decode step"
     out["server_retractions"] = delta("retracted_total")
     engine, behind = delta("sim_engine_s_total"), delta("sim_behind_s_total")
     out["sim_behind_share"] = behind / engine if engine and behind is not None else None
@@ -406,7 +427,8 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         server_mean_running=sv["server_mean_running"], server_max_running=sv["server_max_running"],
         server_mean_queued=sv["server_mean_queued"], server_mean_token_usage=sv["server_mean_token_usage"],
         server_retractions=sv["server_retractions"], server_edges_uncertainty_s=sv["server_edges_uncertainty_s"],
-        server_samples_in_window=sv["server_samples_in_window"], **lat, errors=dict(errors),
+        server_samples_in_window=sv["server_samples_in_window"], server_running_source=sv["server_running_source"],
+        **lat, errors=dict(errors),
         window_start=window[0] if window else None, window_end=window[1] if window else None,
         window_s=(window[1] - window[0]) if window else 0.0, ci_batches=k, lifetime_s=lifetime, completed=len(ok),
         completed_in_window=completed_in_window,

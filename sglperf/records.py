@@ -76,6 +76,12 @@ class ServerSample:
     gen_throughput: float | None = None
     sim_engine_s_total: float | None = None  # the simulator: real seconds its engine steps took
     sim_behind_s_total: float | None = None  # ... and how late its loop ran (the host could not keep up)
+    # Engines that count busy slots at every decode step (llama.cpp: n_decode_total and n_busy_slots_per_decode):
+    # their difference between two scrapes is the mean running count over that interval, read where the engine
+    # works; a snapshot gauge is read wherever the scrape lands (llama.cpp on an H200 answered during its decode
+    # yields and read 1 request running while 32 slots were busy).
+    decode_steps_total: float | None = None
+    busy_slot_steps_total: float | None = None
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
     # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).
     time_uncertainty_s: float = 0.0
@@ -196,6 +202,8 @@ class LevelResult:
     server_samples_in_window: int | None = None
     scrape_errors: int = 0
     scrape_last_error: str | None = None
+    # what server_mean_running / server_max_running were read from: "per decode step" (counters) or "snapshots"
+    server_running_source: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

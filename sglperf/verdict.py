@@ -138,11 +138,17 @@ def _seen_from(r: LevelResult) -> str:
     return out + ")" if out else ""
 
 
+def _per_step(r: LevelResult) -> str:
+    return " (busy slots per decode step)" if r.server_running_source == "per decode step" else ""
+
+
 def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: float,
                   near: float = 0.05) -> PlateauVerdict:
     """Past the effective ceiling, sustained throughput stays within `band` of the reference level; the server shows
     saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
-    to the KV pool or the admission cap from the server's running count.
+    to the KV pool or the admission cap from the server's running count. A server whose mean running count sits at
+    the ceiling is saturated even where its queue gauge reads empty (llama.cpp counts only the requests it deferred
+    between decode steps, not those that arrived during one).
 
     The reference is the first level past the ceiling when two or more are, else the one at it: at exactly the
     ceiling nothing waits, so each freed slot idles for a client's round trip (llama.cpp on 2 cores read +13.1% ±
@@ -173,7 +179,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         ratio = (v / ref_v) if v and ref_v else None
         lines.append(f"  c{lv}: sustained {v if v is None else format(v, ',.1f')} tok/s"
                      f"{'' if ratio is None else f' ({ratio:.3f} x c{ref})'}, server running "
-                     f"mean {_f(r.server_mean_running)} max {_f(r.server_max_running)}, queued {_f(r.server_mean_queued)},"
+                     f"mean {_f(r.server_mean_running)} max {_f(r.server_max_running)}{_per_step(r)}, "
+                     f"queued {_f(r.server_mean_queued)},"
                      f" token usage {_f(r.server_mean_token_usage, '.2f')}")
         if ratio is None:
             problems.append(f"c{lv}: no sustained throughput")
@@ -187,7 +194,10 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                 unsure.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref} straddles the plateau band's edge "
                               f"±{band:.0%}: re-run, or give the levels more time")
         if lv > ceiling.effective:
-            if r.server_mean_queued is not None and r.server_mean_queued <= 0 and (r.server_mean_token_usage or 0) < 0.9:
+            full = (r.server_mean_running is not None
+                    and r.server_mean_running >= (1 - near) * ceiling.effective - 1)  # busy at the ceiling throughout
+            if (r.server_mean_queued is not None and r.server_mean_queued <= 0
+                    and (r.server_mean_token_usage or 0) < 0.9 and not full):
                 problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
             run = r.server_max_running
             if run is not None:

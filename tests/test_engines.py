@@ -43,6 +43,13 @@ def test_llamacpp_series_are_read_through_its_adapter():
     assert engines.get("sglang").parse_metrics(LLAMACPP, 2.0) is None, "no SGLang series there"
 
 
+def test_llamacpp_busy_slots_per_decode_step_become_a_counter():
+    text = LLAMACPP + "llamacpp:n_decode_total 1000\nllamacpp:n_busy_slots_per_decode 31.5\n"
+    s = engines.get("llamacpp").parse_metrics(text, 2.0)
+    assert (s.decode_steps_total, s.busy_slot_steps_total) == (1000, 31_500)
+    assert engines.get("llamacpp").parse_metrics(LLAMACPP, 2.0).busy_slot_steps_total is None, "older servers"
+
+
 def test_the_sglang_ceiling_comes_from_server_info():
     info = {"max_total_num_tokens": 495488, "page_size": 64,
             "internal_states": [{"effective_max_running_requests_per_dp": 2048}]}

@@ -1,5 +1,6 @@
 """Metric maths on synthetic records whose answers are known by construction."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -162,6 +163,26 @@ def test_server_view_interpolates_counters_at_the_window_edges():
                        server_samples=samples)
     assert res.server_output_tps == pytest.approx(40.0)
     assert res.server_mean_running == 4 and res.server_mean_token_usage == 0.5
+
+
+def test_running_is_read_per_decode_step_where_the_engine_counts_busy_slots():
+    """A snapshot gauge that reads 1 while the engine's own per-step count says 32 busy (llama.cpp on the H200): the
+    per-step counters decide, and the level says where its running count came from."""
+    recs = closed_loop(4, 1.0, 40.0, tokens=10)
+    # 30 decode steps a second; 32 slots busy at each, except a dip to 16 between 20 and 21 s
+    busy = lambda t: 32 * 30 * t - (16 * 30 * min(max(t - 20, 0), 1))  # noqa: E731
+    samples = [ServerSample(t, output_tokens_total=40 * t, running=1, decode_steps_total=30 * t,
+                            busy_slot_steps_total=busy(t)) for t in np.arange(0, 41, 0.5)]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       server_samples=samples)
+    span = res.window_end - res.window_start
+    assert res.server_mean_running == pytest.approx(32 - 16 / span, rel=1e-6)
+    assert res.server_max_running == pytest.approx(32)
+    assert res.server_running_source == "per decode step"
+    snap = [dataclasses.replace(x, decode_steps_total=None, busy_slot_steps_total=None) for x in samples]
+    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       server_samples=snap)
+    assert (res.server_max_running, res.server_running_source) == (1, "snapshots")
 
 
 def test_slow_scrapes_at_the_window_edges_are_counted_as_timing_uncertainty():

@@ -168,6 +168,11 @@ class Engine:
         if not acc:
             return None
         values = {k: (sum(v) / len(v) if self.series[k].combine == "mean" else sum(v)) for k, v in acc.items()}
+        return self.sample_from(values, t)
+
+    def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
+        """The sample from this engine's series, by ServerSample field; engines that expose a field only as a
+        product of two series derive it here."""
         return ServerSample(time=t, **values)
 
     def parse_loads(self, obj: dict, t: float) -> ServerSample | None:
