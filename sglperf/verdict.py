@@ -147,8 +147,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     """Past the effective ceiling, sustained throughput stays within `band` of the reference level; the server shows
     saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
     to the KV pool or the admission cap from the server's running count. A server whose mean running count sits at
-    the ceiling is saturated even where its queue gauge reads empty (llama.cpp counts only the requests it deferred
-    between decode steps, not those that arrived during one).
+    the ceiling is saturated even where its queue gauge reads empty (llama.cpp on the H200, its prompt cache on, read
+    requests_deferred 0 at c48 with 32 slots busy).
 
     The reference is the first level past the ceiling when two or more are, else the one at it: at exactly the
     ceiling nothing waits, so each freed slot idles for a client's round trip (llama.cpp on 2 cores read +13.1% ±

@@ -166,8 +166,8 @@ def test_server_view_interpolates_counters_at_the_window_edges():
 
 
 def test_running_is_read_per_decode_step_where_the_engine_counts_busy_slots():
-    """A snapshot gauge that reads 1 while the engine's own per-step count says 32 busy (llama.cpp on the H200): the
-    per-step counters decide, and the level says where its running count came from."""
+    """A snapshot gauge that reads 1 while the engine's own per-step count says 32 busy (llama.cpp on the H200 with
+    its prompt cache on): the per-step counters decide, and the level says where its running count came from."""
     recs = closed_loop(4, 1.0, 40.0, tokens=10)
     # 30 decode steps a second; 32 slots busy at each, except a dip to 16 between 20 and 21 s
     busy = lambda t: 32 * 30 * t - (16 * 30 * min(max(t - 20, 0), 1))  # noqa: E731

@@ -44,8 +44,8 @@ def test_plateau_on_the_admission_cap_is_attributed_to_it():
 
 
 def test_a_server_busy_at_its_cap_throughout_is_saturated_though_its_queue_gauge_reads_empty():
-    """llama.cpp on the H200 read requests_deferred 0 at c48 with 32 slots: requests that arrive during a decode step
-    wait outside the deferred queue. Busy slots per decode step at the cap say the server was full."""
+    """llama.cpp on the H200 (prompt cache on) read requests_deferred 0 at c48 with 32 slots busy. Busy slots per
+    decode step at the cap say the server was full."""
     c = predict_ceiling(495_488, 64, 32, 32, 32)
     full = {64: lr(64, 1861, running=31.8, queued=0.0), 128: lr(128, 1843, running=31.9, queued=0.0)}
     v = check_plateau(full, c, band=0.10)
