@@ -206,6 +206,12 @@ def test_the_h200_run_file_validates_and_holds_real_gpu_telemetry():
             g = level.gpu["0"]
             assert g["samples"] >= 5 and g["sm_mhz_mean"] == 1980.0 and 0 < g["power_w_mean"] < g["power_limit_w"]
             assert level.disturbances == ()
+            # the running count from llama.cpp's busy slots per decode step: the slot count past the cap
+            assert level.server_running_source == "per decode step"
+            if int(lv) > c.plateau.ceiling["cap"]:
+                assert level.server_max_running == pytest.approx(c.plateau.ceiling["cap"], abs=0.1)
+        assert c.plateau.passed and c.plateau.attributed_to == "cap"
+    assert run.ab.passed and run.ab.gains["64"] > 0.3
 
 
 def test_the_seeds_tpot_is_information_not_a_ceiling():
