@@ -2,13 +2,14 @@
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from sglperf.metrics import (MeasurementPolicy, batch_means, level_result, peak_bucket, steady_state_window,
-                             summarize, time_average_inflight)
+from sglperf.metrics import (MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift,
+                             steady_state_window, summarize, time_average_inflight)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
 
 
@@ -210,3 +211,47 @@ def test_lag_that_only_blurs_timestamps_is_a_warning_not_invalid():
                        client_samples=samples)
     assert res.valid, res.invalid_reasons
     assert any("blurred" in w for w in res.warnings)
+
+
+def _h200_window(name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Output tokens per 50 ms inside one level's window on the H200 (tests/data/gpu): times, tokens, window, lifetime."""
+    path = Path(__file__).parent / "data" / "gpu" / name
+    head = [line for line in path.read_text().splitlines() if line.startswith("# window")][0].split()
+    t, n = np.loadtxt(path, delimiter=",", skiprows=3, unpack=True)
+    return t + 0.025, n, float(head[2]), float(head[6])
+
+
+@pytest.mark.parametrize("name, shifted", [("h200-p16-c64-prompt-cache-on.csv", True),
+                                           ("h200-p16-c64-prompt-cache-off.csv", False)])
+def test_a_level_that_changed_regime_inside_its_window_says_so(name, shifted):
+    """llama.cpp with its prompt cache on ran ~1,010 tok/s, then ~1,340, inside one 40 s window: the level's interval
+    spans both. With the cache off the same level ran in one regime, and nothing is said."""
+    t, n, length, lifetime = _h200_window(name)
+    rate, half, k = batch_means(t, n, (0.0, length), lifetime, 5, 30)
+    words = regime_shift(t, n, (0.0, length), k)
+    if shifted:
+        assert words and "then 1,3" in words and "two regimes" in words, words
+        assert words.startswith("throughput changed inside the window: 1,0"), words
+    else:
+        assert words is None, words
+
+
+def test_a_steady_closed_loop_is_not_called_a_regime_change():
+    recs = closed_loop(8, 0.5, 60.0, tokens=16)
+    res = level_result(recs, target=8, rate=None, isl=100, osl=16, policy=MeasurementPolicy(ci_target=0.05))
+    assert not any("regime" in w for w in res.warnings)
+
+
+def test_regime_changes_are_rarely_seen_in_steady_noise_and_always_in_a_30_percent_step():
+    """Batch rates with 5% noise, 10 and 30 batches, seeded: a step of +30% halfway is named; steady noise is named
+    in under 1% of levels (a warning only: it never changes a verdict)."""
+    rng = np.random.default_rng(7)
+
+    def named(k, step):
+        rates = 1000 * (1 + rng.normal(0, 0.05, k))
+        rates[k // 2:] *= 1 + step
+        return regime_shift(np.arange(k) + 0.5, rates, (0.0, float(k)), k) is not None
+
+    for k in (10, 30):
+        assert np.mean([named(k, 0.0) for _ in range(400)]) < 0.01
+    assert np.mean([named(30, 0.30) for _ in range(100)]) == 1.0
