@@ -37,7 +37,7 @@ class LlamaCpp(Engine):
         steps = values.get("decode_steps_total")
         if per is not None and steps is not None:
             values["busy_slot_steps_total"] = per * steps
-        return ServerSample(time=t, **values)
+        return super().sample_from(values, t)
 
     def prepare(self, argv: list[str]) -> None:
         """Build (CPU or CUDA) and make (tiny F32 or GPU-sized F16) what the launch template names."""
