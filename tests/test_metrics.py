@@ -236,12 +236,6 @@ def test_a_level_that_changed_regime_inside_its_window_says_so(name, shifted):
         assert words is None, words
 
 
-def test_a_steady_closed_loop_is_not_called_a_regime_change():
-    recs = closed_loop(8, 0.5, 60.0, tokens=16)
-    res = level_result(recs, target=8, rate=None, isl=100, osl=16, policy=MeasurementPolicy(ci_target=0.05))
-    assert not any("regime" in w for w in res.warnings)
-
-
 def test_regime_changes_are_rarely_seen_in_steady_noise_and_always_in_a_30_percent_step():
     """Batch rates with 5% noise, 10 and 30 batches, seeded: a step of +30% halfway is named; steady noise is named
     in under 1% of levels (a warning only: it never changes a verdict)."""
