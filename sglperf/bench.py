@@ -10,7 +10,6 @@ import asyncio
 import os
 import datetime as dt
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from . import __version__, engines
@@ -216,7 +215,7 @@ def main(args: argparse.Namespace) -> int:
         atomic_write_json(args.json_path, redact(doc))
         print(f"run JSON: {args.json_path}")
     if args.records:
-        write_jsonl(args.records, ({"level": i, **asdict(rec)} for i, m in enumerate(measurements)
+        write_jsonl(args.records, ({"level": i, **vars(rec)} for i, m in enumerate(measurements)
                                    for rec in m.records))
         print(f"records: {args.records}")
     if interrupted:

@@ -18,7 +18,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 import numpy as np
-from orjson import dumps, loads  # SSE chunks: a fifth of json.loads's cost per chunk
+from orjson import dumps
 
 from .engines.base import auth_headers
 from .prompts import Prompt, PromptMaker, Tokenizer
@@ -285,17 +285,20 @@ class LoadGenerator:
         assert self._client is not None, "use LoadGenerator as an async context manager"
         wire, prev, done = self.target.wire, 0, False
 
+        parse = wire.parse
+
         def on_event(data: bytes, now: float) -> None:
             nonlocal prev, done
             if done:
                 return
-            if data == b"[DONE]":
-                done = True
-                return
             try:
-                obj = loads(data)
+                obj = parse(data)
             except ValueError:
-                p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
+                data = data.strip()
+                if data == b"[DONE]":
+                    done = True
+                else:
+                    p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
                 return
             if not isinstance(obj, dict):
                 p.fail("bad_chunk", f"not an object: {data[:120]!r}")

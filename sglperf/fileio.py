@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from filelock import FileLock
+from orjson import OPT_APPEND_NEWLINE, dumps
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -44,8 +45,14 @@ def lock_for(path: str | Path, timeout: float = 60.0) -> FileLock:
     return FileLock(str(path) + ".lock", timeout=timeout)
 
 
+def jsonl(rows) -> bytes:
+    """One compact JSON object per line; dataclass rows as their fields. orjson: a level's records are one object per
+    request with a time per chunk, and json.dumps over dataclasses.asdict cost 2.5 µs per streamed token."""
+    return b"".join(dumps(r, default=str, option=OPT_APPEND_NEWLINE) for r in rows)
+
+
 def write_jsonl(path: str | Path, rows) -> Path:
-    data = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in rows).encode()
+    data = jsonl(rows)
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     return atomic_write_bytes(path, data)

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from .categories import Category
+from .fileio import jsonl
 from .records import LevelResult
 from .redact import redact
 
@@ -81,7 +82,7 @@ def attach_level(meas, plots: bool = True) -> None:
     r = meas.result
     allure.attach(json.dumps(redact(r.to_dict()), indent=2), "level result.json",
                   allure.attachment_type.JSON)
-    rows = "".join(json.dumps(dataclasses.asdict(x), separators=(",", ":")) + "\n" for x in meas.records)
+    rows = jsonl(meas.records).decode()
     if len(rows) > 1_000_000:
         allure.attach(gzip.compress(rows.encode(), mtime=0), "requests.jsonl.gz", extension="jsonl.gz")
     else:

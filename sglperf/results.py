@@ -7,7 +7,6 @@ readable file, marked incomplete, with every level measured so far.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -76,9 +75,9 @@ class RunRecorder:
                   scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> Path:
         self.raw_dir.mkdir(parents=True, exist_ok=True)
         rec_path = write_jsonl(self.raw_dir / f"{config}-c{level}.records.jsonl.gz",
-                               (dataclasses.asdict(r) for r in records))
+                               records)
         samp_path = write_jsonl(self.raw_dir / f"{config}-c{level}.server.jsonl.gz",
-                                (dataclasses.asdict(s) for s in server_samples))
+                                server_samples)
         self.config(config).levels[str(level)] = LevelDoc(
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms,
             records_file=str(rec_path.relative_to(self.reports_dir)),

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-Event = Callable[[bytes, float], None]  # (an SSE data payload, when the read that carried it arrived)
+Event = Callable[[bytes, float], None]  # (an SSE data payload, unstripped; when the read that carried it arrived)
 
 
 class StreamError(ConnectionError):
@@ -87,14 +87,19 @@ class _Exchange(asyncio.Protocol):
             if len(self.head) < self.HEAD_BYTES:
                 self.head += body[: self.HEAD_BYTES - len(self.head)]
             return
-        if b"\n" not in body:
-            self.rest += body
+        if self.rest:
+            body, self.rest = self.rest + body, b""
+        end = body.rfind(b"\n")
+        if end < 0:
+            self.rest = body
             return
         now = self.clock()
-        *lines, self.rest = (self.rest + body).split(b"\n")
-        for line in lines:
+        if end + 1 < len(body):
+            body, self.rest = body[:end], body[end + 1:]
+        # the payload keeps its leading space and a CR: JSON allows whitespace around a value
+        for line in body.split(b"\n"):
             if line.startswith(b"data:"):
-                self.on_event(line[5:].strip(), now)
+                self.on_event(line[5:], now)
 
     def on_message_complete(self) -> None:
         self.keep_alive = self.parser.should_keep_alive()

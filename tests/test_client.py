@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from sglperf.client import LoadGenerator, Target, Workload
-from sglperf.wire import by_name
+from sglperf.wire import NATIVE, by_name
 
 
 def chunk(n, finish=None, *, ids=True):
@@ -131,6 +131,23 @@ def test_prompts_are_seeded_distinct_and_exact_length():
     a, b = w.prompt(0, 0).ids, w.prompt(0, 1).ids
     assert len(a) == 128 and a != b and a == Workload(128, 8, seed=3).prompt(0, 0).ids
     assert all(w.vocab_low <= x < w.vocab_high for x in a)
+
+
+def test_two_requests_share_no_prompt_prefix():
+    w = Workload(32, 8, seed=1)
+    heads = {tuple(w.prompt(s, i).ids[:3]) for s in range(8) for i in range(500)}
+    assert len(heads) == 8 * 500  # a radix cache matches nothing between them
+
+
+def test_native_chunks_are_read_from_meta_info_alone_and_anything_else_whole():
+    meta = {"completion_tokens": 3, "finish_reason": None}
+    sglang = json.dumps({"text": 'he said \"meta_info\": no', "output_ids": [1, 2, 3], "meta_info": meta})
+    assert NATIVE.parse(b" " + sglang.encode() + b"\r") == {"meta_info": meta}
+    for whole in ({"meta_info": meta, "index": 0}, {"meta_info": {"finish_reason": None}, "output_ids": [1]},
+                  {"error": {"message": "boom"}}):
+        assert NATIVE.parse(json.dumps(whole).encode()) == whole
+    with pytest.raises(ValueError):
+        NATIVE.parse(b'{"text": "cut off here')
 
 
 def test_bad_targets_are_refused_with_a_clear_error():
