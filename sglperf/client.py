@@ -291,14 +291,13 @@ class LoadGenerator:
             nonlocal prev, done
             if done:
                 return
+            if len(data) < 10 and data.strip() == b"[DONE]":  # before JSON: a failed parse raises, at a cost
+                done = True
+                return
             try:
                 obj = parse(data)
             except ValueError:
-                data = data.strip()
-                if data == b"[DONE]":
-                    done = True
-                else:
-                    p.fail("bad_chunk", f"not JSON: {data[:120]!r}")
+                p.fail("bad_chunk", f"not JSON: {data.strip()[:120]!r}")
                 return
             if not isinstance(obj, dict):
                 p.fail("bad_chunk", f"not an object: {data[:120]!r}")

@@ -140,6 +140,26 @@ def token_arrivals(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray
     return np.concatenate(ts), np.concatenate(ns).astype(float)
 
 
+class ArrivalLog:
+    """token_arrivals over a level's records as its checks see them: the finished ones converted once each, those
+    still in flight afresh. A check in the middle of a level reads every chunk so far, and re-converting every
+    record's times at each check was a quarter of its cost (order does not matter: batches and buckets are counts).
+    """
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._times, self._tokens = np.array([]), np.array([])
+
+    def arrivals(self, records: list[RequestRecord], finished: int) -> tuple[np.ndarray, np.ndarray]:
+        """`records[:finished]` only ever grows (the generator's finished records, in order); the rest are in flight."""
+        t, n = token_arrivals(records[self._seen:finished])
+        if t.size:
+            self._times, self._tokens = np.concatenate([self._times, t]), np.concatenate([self._tokens, n])
+        self._seen = finished
+        t, n = token_arrivals(records[finished:])
+        return np.concatenate([self._times, t]), np.concatenate([self._tokens, n])
+
+
 def batch_means(times: np.ndarray, tokens: np.ndarray, window: tuple[float, float], batch_min_s: float,
                 min_batches: int, max_batches: int) -> tuple[float, float | None, int]:
     """(rate, CI half-width or None when fewer than min_batches fit, number of batches)."""
@@ -218,8 +238,10 @@ def time_average_inflight(records: list[RequestRecord], window: tuple[float, flo
 
 
 def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
-    """Per request (ITL: per token), in ms: TTFT, TPOT, ITL and E2E, as bench_serving defines them."""
-    ttft, tpot, itl, e2e = [], [], [], []
+    """Per request (ITL: per token), in ms: TTFT, TPOT, ITL and E2E, as bench_serving defines them. A chunk's gap
+    since the previous chunk that carried tokens is split evenly over its tokens; chunks at the first token's time
+    add none. ITL in numpy: one Python step per chunk was a fifth of a level's analysis."""
+    ttft, tpot, e2e, times, counts, firsts = [], [], [], [], [], []
     for r in records:
         first = r.first_token_time
         if first is None:
@@ -229,13 +251,24 @@ def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
         n = r.output_tokens
         if n > 1:
             tpot.append((r.end_time - first) / (n - 1) * 1e3)
-        prev = first
-        for t, k in zip(r.chunk_times, r.chunk_tokens):
-            if t <= first or k <= 0:
-                continue
-            gap = (t - prev) * 1e3 / k
-            itl.extend([gap] * k)
-            prev = t
+        times.append(r.chunk_times)
+        counts.append(r.chunk_tokens)
+        firsts.append(first)
+    itl: list[float] = []
+    if times:
+        lengths = [len(t) for t in times]
+        t, k = np.concatenate(times), np.concatenate(counts)
+        req = np.repeat(np.arange(len(times)), lengths)
+        first = np.repeat(firsts, lengths)
+        carried = k > 0
+        t, k, req, first = t[carried], k[carried], req[carried], first[carried]
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+        starts = np.ones(t.size, dtype=bool)
+        starts[1:] = req[1:] != req[:-1]
+        prev[starts] = first[starts]
+        later = t > first
+        itl = np.repeat((t[later] - prev[later]) * 1e3 / k[later], k[later]).tolist()
     return {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2e_ms": e2e}
 
 
@@ -357,13 +390,15 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                  note: str | None = None, window_cap: float | None = None,
                  lifetime_s: float | None = None, window: tuple[float, float] | None = None,
                  stopped_because: str | None = None, prompt_check: str = "exact",
-                 host_samples: list = (), gpu_samples: list = (), latencies: bool = True) -> LevelResult:
+                 host_samples: list = (), gpu_samples: list = (), latencies: bool = True,
+                 arrivals: tuple[np.ndarray, np.ndarray] | None = None) -> LevelResult:
     """`window_cap`: the steady-state window ends no later than this (the moment load stopped; the drain that
     follows only completes records and the whole-run number). `window` and `lifetime_s` reproduce exactly the window
     and CI batch length the stop decision judged. `stopped_because`: why the level was stopped early (systematic
     failures, in the server's words). `prompt_check`: "exact" (the server must count ISL prompt tokens) or "chat"
     (ISL plus one constant chat-template overhead). `latencies=False`: TTFT, TPOT and ITL are left empty (E2E is
-    kept): a check in the middle of a level needs only the throughput, and ITL is one Python step per chunk."""
+    kept): a check in the middle of a level needs only the throughput, and ITL is one Python step per chunk.
+    `arrivals`: token_arrivals(records), where the caller keeps them (ArrivalLog)."""
     reasons: list[str] = [stopped_because] if stopped_because else []
     warns: list[str] = []
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
@@ -380,7 +415,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     if prompt_problem:
         reasons.append(prompt_problem)
     t0 = min((r.send_time for r in records), default=0.0)
-    times, tokens = token_arrivals(records)
+    times, tokens = arrivals if arrivals is not None else token_arrivals(records)
     lifetime = lifetime_s if lifetime_s is not None else (
         float(np.median([r.end_time - r.send_time for r in ok])) if ok else None)
     in_flight_target = target if target is not None else max(1, round(rate * (lifetime or 1.0))) if rate else 1

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sglperf.metrics import (MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift,
-                             steady_state_window, summarize, time_average_inflight)
+from sglperf.metrics import (ArrivalLog, MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift,
+                             steady_state_window, summarize, time_average_inflight, token_arrivals)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
 
 
@@ -31,6 +31,18 @@ def closed_loop(c, life, until, tokens=10, gap=0.001):
             i += 1
             t += life + gap
     return out
+
+
+def test_a_checks_arrival_log_holds_the_same_chunks_as_reading_every_record_again():
+    recs = closed_loop(4, 1.0, 30.0)
+    recs[7] = req(7, recs[7].send_time, recs[7].end_time, error="abort")  # a failed request's chunks do not count
+    log, finished = ArrivalLog(), 0
+    for finished in (0, 10, 10, 40, len(recs) - 4):
+        in_flight = [dataclasses.replace(r, cancelled=True) for r in recs[finished:finished + 4]]
+        snap = recs[:finished] + in_flight
+        got, want = log.arrivals(snap, finished), token_arrivals(snap)
+        assert sorted(zip(*got)) == sorted(zip(*want)) and got[0].size == sum(r.output_tokens for r in snap
+                                                                              if r.error is None)
 
 
 def test_window_starts_after_one_generation_and_ignores_hand_over_gaps():
