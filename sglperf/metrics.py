@@ -107,17 +107,16 @@ def steady_state_window(records: list[RequestRecord], target: int, ratio: float,
     if times.size == 0:
         return None
     threshold = max(1, math.ceil(ratio * target))
-    spans: list[list[float]] = []
-    for i in range(times.size):
-        a, b = times[i], (times[i + 1] if i + 1 < times.size else now)
-        if b <= a or count[i] < threshold:
-            continue
-        if spans and a - spans[-1][1] <= max_gap_s:
-            spans[-1][1] = b  # a dip shorter than max_gap_s does not break the span
-        else:
-            spans.append([a, b])
+    a, b = times, np.append(times[1:], now)  # each step of the count holds from a to b
+    held = (b > a) & (count >= threshold)
+    a, b = a[held], b[held]
+    if a.size == 0:
+        return None
+    # a dip shorter than max_gap_s does not break the span
+    starts = np.flatnonzero(np.append(True, a[1:] - b[:-1] > max_gap_s))
+    ends = np.append(starts[1:] - 1, a.size - 1)
     best = None
-    for s, e in spans:
+    for s, e in zip(a[starts].tolist(), b[ends].tolist()):
         s = max(s, not_before)
         if e > s and (best is None or e - s > best[1] - best[0]):
             best = (s, e)
@@ -181,7 +180,9 @@ def batch_means(times: np.ndarray, tokens: np.ndarray, window: tuple[float, floa
 def _batch_rates(times: np.ndarray, tokens: np.ndarray, window: tuple[float, float], k: int) -> np.ndarray:
     s, e = window
     inside = (times >= s) & (times < e)
-    per_batch, _ = np.histogram(times[inside], bins=np.linspace(s, e, k + 1), weights=tokens[inside])
+    # np.histogram's bins, without its sort (given edges, it sorts every chunk time at every check)
+    batch = np.searchsorted(np.linspace(s, e, k + 1), times[inside], side="right") - 1
+    per_batch = np.bincount(np.minimum(batch, k - 1), weights=tokens[inside], minlength=k)
     return per_batch / ((e - s) / k)
 
 
@@ -437,7 +438,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
         sustained, half, k = batch_means(times, tokens, window, lifetime or 0.0, policy.min_batches,
                                          policy.max_batches)
         prefilled = sum(r.prompt_tokens for r in records
-                        if r.error is None and r.first_token_time is not None and s <= r.first_token_time < e)
+                        if r.error is None and (first := r.first_token_time) is not None and s <= first < e)
         total = sustained + prefilled / (e - s)
         completed_in_window = sum(1 for r in ok if s <= r.end_time < e)
         in_window = [r for r in ok if s <= r.send_time < e]
