@@ -284,8 +284,9 @@ class LoadGenerator:
         work is the JSON and the wire's few fields."""
         assert self._client is not None, "use LoadGenerator as an async context manager"
         wire, prev, done = self.target.wire, 0, False
+        times, tokens = p.times, p.tokens
 
-        parse = wire.parse
+        parse, chunk = wire.parse, wire.chunk
 
         def on_event(data: bytes, now: float) -> None:
             nonlocal prev, done
@@ -304,7 +305,12 @@ class LoadGenerator:
             elif "error" in obj:
                 p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
             else:
-                prev = wire.chunk(obj, p, prev, now, self._add)
+                count = chunk(obj, p, prev)
+                if count > prev:  # the tokens this chunk added arrived now
+                    times.append(now)
+                    tokens.append(count - prev)
+                    prev = count
+                    self.last_chunk_time = now
 
         answer, retried = await self._client.post(path, payload, on_event)
         self.connection_retries += retried
@@ -330,9 +336,3 @@ class LoadGenerator:
                    else "the server accepts neither ignore_eos nor min_tokens, so it may stop early")
             p.fail("short_output" if n < p.max_tokens else "long_output",
                    f"{n} tokens generated, {p.max_tokens} asked ({how})")
-
-    def _add(self, p: _Progress, now: float, delta: int) -> None:
-        if delta > 0:
-            p.times.append(now)
-            p.tokens.append(delta)
-            self.last_chunk_time = now

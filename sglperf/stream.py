@@ -89,6 +89,9 @@ class _Exchange(asyncio.Protocol):
             return
         if self.rest:
             body, self.rest = self.rest + body, b""
+        if body.endswith(b"\n\n") and body.startswith(b"data:") and body.find(b"\n") == len(body) - 2:
+            self.on_event(body[5:-2], self.clock())  # the usual read: one whole event
+            return
         end = body.rfind(b"\n")
         if end < 0:
             self.rest = body

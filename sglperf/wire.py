@@ -43,9 +43,9 @@ class Wire:
         """One SSE payload as JSON (ValueError where it is not)."""
         return loads(data)
 
-    def chunk(self, obj: dict, p, prev: int, now: float, add) -> int:
-        """Read one parsed chunk into the request's progress `p`; return the tokens counted so far.
-        `add(p, now, delta)` records newly arrived tokens."""
+    def chunk(self, obj: dict, p, prev: int) -> int:
+        """Read one parsed chunk's counts, finish reason and errors into the request's progress `p`; return the
+        tokens counted so far (`prev` before this chunk). The client times the tokens a chunk adds."""
         raise NotImplementedError
 
 
@@ -82,14 +82,13 @@ class NativeGenerate(Wire):
                 return {"meta_info": meta}
         return loads(data)
 
-    def chunk(self, obj, p, prev, now, add):
+    def chunk(self, obj, p, prev):
         meta = obj.get("meta_info") or {}
         ct = meta.get("completion_tokens")
         if ct is None:
             ct = len(obj.get("output_ids") or [])
         else:
             p.count_source = "usage"
-        add(p, now, ct - prev)
         fr = meta.get("finish_reason")
         if fr:
             kind = fr.get("type") if isinstance(fr, dict) else str(fr)
@@ -97,7 +96,7 @@ class NativeGenerate(Wire):
             p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
             if kind == "abort":
                 p.fail("abort", f"finish_reason abort: {json.dumps(fr)[:300]}")
-        return max(prev, ct)
+        return ct
 
 
 class OpenAICompletions(Wire):
@@ -129,7 +128,7 @@ class OpenAICompletions(Wire):
     def text_of(choice: dict) -> str | None:
         return choice.get("text")
 
-    def chunk(self, obj, p, prev, now, add):
+    def chunk(self, obj, p, prev):
         usage = obj.get("usage") or {}
         choices = obj.get("choices") or []
         ct = usage.get("completion_tokens")
@@ -152,8 +151,7 @@ class OpenAICompletions(Wire):
             if choices:  # per-chunk usage: exact; a usage-only closing chunk is reconciled at the end
                 count = ct
                 p.count_source = "usage"
-        add(p, now, count - prev)
-        return max(prev, count)
+        return count
 
 
 class OpenAIChat(OpenAICompletions):

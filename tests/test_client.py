@@ -155,3 +155,18 @@ def test_bad_targets_are_refused_with_a_clear_error():
         Target("localhost:30000")
     with pytest.raises(ValueError, match="unknown API 'grpc'"):
         by_name("grpc")
+
+
+def test_events_are_read_however_the_bytes_are_cut_into_reads():
+    """The usual read is one whole event; events split across reads, several per read, CRLF line ends, comments
+    and other fields must give the same payloads, each stamped at the read that completed it."""
+    from sglperf.stream import _Exchange
+
+    stream = (b'data: {"a": 1}\n\n: a comment\n\nevent: x\ndata: {"b": 2}\r\n\r\ndata: [DONE]\n\n')
+    want = [b'{"a": 1}', b'{"b": 2}', b"[DONE]"]
+    for cuts in ([], [5], [14, 15], [3, 20, 40, 41], list(range(1, len(stream)))):
+        got, ex = [], _Exchange(clock=lambda: 0.0)
+        ex.sse, ex.on_event = True, lambda data, now: got.append(data.strip())
+        for a, b in zip([0, *cuts], [*cuts, len(stream)]):
+            ex.on_body(stream[a:b])
+        assert got == want, cuts
