@@ -60,6 +60,9 @@ class LevelMeasurement:
     gpu_samples: list[GpuSample] = field(default_factory=list)
 
 
+# A check that costs less runs on the event loop: a stall shorter than the lag the level warns at (10 ms)
+INLINE_CHECK_S = 0.005
+
 # Fail fast: a server that refuses every request answers at once; measuring on would only pile up errors.
 FAIL_FAST_MAX_N = 16  # the first N failures with one signature and no success stop the level
 BURST_MIN = 20  # later in a level: more than half of the last max(20, 2C) requests failed
@@ -151,14 +154,19 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
         last_tokens, last_t = 0, t0
         arrivals = ArrivalLog()
 
+        check_cpu_s = 0.0  # what the last check cost
+
         def check(snap: list[RequestRecord], finished: int, now: float) -> tuple[LevelResult, float]:
             """The level as it stands, and the tokens streamed so far (by requests that did not fail)."""
+            nonlocal check_cpu_s
+            started = time.thread_time()
             times, tokens = arrivals.arrivals(snap, finished)
-            return level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
-                                policy=policy, now=now, server_samples=list(scraper.samples),
-                                client_samples=list(samples()), host_samples=list(host.samples),
-                                gpu_samples=list(gpu.samples), latencies=False,
-                                arrivals=(times, tokens)), float(tokens.sum())
+            res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
+                               policy=policy, now=now, server_samples=list(scraper.samples),
+                               client_samples=list(samples()), host_samples=list(host.samples),
+                               gpu_samples=list(gpu.samples), latencies=False, arrivals=(times, tokens))
+            check_cpu_s = time.thread_time() - started
+            return res, float(tokens.sum())
 
         decision, failing, next_check = None, None, t0 + spec.check_interval_s
         try:
@@ -190,10 +198,15 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 # its time after its interval was good enough.
                 next_check = now + max(spec.check_interval_s, 0.10 * elapsed)
                 finished, snap = len(gen.records), gen.snapshot(now)
-                # Off the event loop: over a long, fast level this is O(every chunk so far) and, run on the loop,
-                # its own stall showed as client lag (53 ms p99 at 3,400 tok/s on the H200). In a thread the GIL's
-                # switch interval (5 ms) lets the loop keep sending.
-                res, tokens = await asyncio.to_thread(check, snap, finished, now)
+                # A check is O(every chunk so far). Run on the loop, a long, fast level's checks stalled it (53 ms
+                # lag p99 at 3,400 tok/s on the H200); in a thread the GIL's switch interval (5 ms) lets the loop
+                # keep sending, but the two threads' contention for the GIL cost the loop ~3 µs per streamed token
+                # (2-core host, 16 streams). So a check runs on the loop while the last one cost less than
+                # INLINE_CHECK_S, and in a thread from then on.
+                if check_cpu_s < INLINE_CHECK_S:
+                    res, tokens = check(snap, finished, now)
+                else:
+                    res, tokens = await asyncio.to_thread(check, snap, finished, now)
                 decision = res
                 if progress:
                     progress(dict(level=spec.label, elapsed=elapsed, done=res.completed, in_flight=len(gen.in_flight),

@@ -102,8 +102,10 @@ def inflight_steps(records: list[RequestRecord], now: float) -> tuple[np.ndarray
 
 
 def steady_state_window(records: list[RequestRecord], target: int, ratio: float, max_gap_s: float,
-                        not_before: float, now: float) -> tuple[float, float] | None:
-    times, count = inflight_steps(records, now)
+                        not_before: float, now: float, steps: tuple[np.ndarray, np.ndarray] | None = None
+                        ) -> tuple[float, float] | None:
+    """`steps`: inflight_steps(records, now), where the caller has them."""
+    times, count = steps if steps is not None else inflight_steps(records, now)
     if times.size == 0:
         return None
     threshold = max(1, math.ceil(ratio * target))
@@ -227,8 +229,9 @@ def peak_bucket(times: np.ndarray, tokens: np.ndarray, t0: float) -> float | Non
     return float(counts.max())
 
 
-def time_average_inflight(records: list[RequestRecord], window: tuple[float, float], now: float) -> float:
-    times, count = inflight_steps(records, now)
+def time_average_inflight(records: list[RequestRecord], window: tuple[float, float], now: float,
+                          steps: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+    times, count = steps if steps is not None else inflight_steps(records, now)
     s, e = window
     if times.size == 0 or e <= s:
         return 0.0
@@ -422,10 +425,11 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
     in_flight_target = target if target is not None else max(1, round(rate * (lifetime or 1.0))) if rate else 1
     warm_n = policy.warmup_completions if policy.warmup_completions is not None else in_flight_target
     w_end = warmup_end(records, warm_n)
+    steps = inflight_steps(records, now)
     if window is None and w_end is not None:
         search_end = min(now, window_cap) if window_cap is not None else now
         window = steady_state_window(records, in_flight_target, policy.steady_state_ratio if target else 0.0,
-                                     policy.max_gap_s, w_end, search_end)
+                                     policy.max_gap_s, w_end, search_end, steps if search_end == now else None)
     sustained = half = total = None
     k = 0
     completed_in_window = 0
@@ -495,7 +499,7 @@ def level_result(records: list[RequestRecord], *, target: int | None, rate: floa
                        f"could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
     server_ratio = (sustained / sv["server_output_tps"]) if sustained and sv["server_output_tps"] else None
     good_rps, good_tps, good_share = goodput(records, window, policy)
-    achieved = time_average_inflight(records, window, now) if window else None
+    achieved = time_average_inflight(records, window, now, steps) if window else None
     return LevelResult(
         concurrency=target, rate=rate, isl=isl, osl=osl, valid=not reasons, invalid_reasons=tuple(reasons),
         sustained_output_tps=sustained, sustained_output_tps_ci95=half, sustained_total_tps=total,
