@@ -104,6 +104,11 @@ class PromptMaker:
         if tokenizer is not None:
             high = min(high, tokenizer.vocab_size)
         self.fmt, self.isl, self.seed, self.low, self.high, self.tokenizer = fmt, isl, seed, low, high, tokenizer
+        self._pool: np.ndarray | None = None  # drawn at the first prompt
+
+    def __getstate__(self) -> dict:
+        """A client process (--client-procs) draws the same pool from the seed, not 8 MB through a pipe."""
+        return {**self.__dict__, "_pool": None}
 
     def make(self, stream: int, index: int) -> Prompt:
         if self.fmt == "ids":
@@ -115,7 +120,6 @@ class PromptMaker:
         rng = np.random.default_rng([self.seed, stream, index])
         return Prompt(text=exact_text(self.tokenizer, rng, self.isl, self.low, self.high), tokens=self.isl)
 
-    _pool: np.ndarray | None = None
     POOL = 1 << 20  # ids drawn once per process; a prompt is a window of ISL of them
 
     def _make_pool(self) -> np.ndarray:
@@ -145,5 +149,5 @@ def request_key(seed: int, stream: int, index: int) -> int:
     range, as bench_serving's random-ids are, and two prompts share a prefix (a radix-cache hit) only where their
     three head ids agree, about once in 10^13 pairs; windows alone collide (a birthday problem: a few in 4,000 prompts
     of a 2^20 pool) and share the whole prompt. Drawing ISL ids per request (a seeded numpy Generator, or SplitMix64
-    over numpy arrays) cost 13-47 µs of the client's CPU per request; this costs about three."""
+    over numpy arrays) cost 13-47 µs of the client's CPU per request; this costs about four."""
     return _mix(_mix(_mix(seed & _M64) ^ (stream & _M64)) ^ (index & _M64))

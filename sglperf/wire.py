@@ -75,7 +75,7 @@ class NativeGenerate(Wire):
         if at > 0:
             end = data.rfind(b"}")
             try:
-                meta = loads(data[at + 12:end])
+                meta = loads(data[at + len(self.META):end])
             except ValueError:
                 meta = None
             if isinstance(meta, dict) and "completion_tokens" in meta:

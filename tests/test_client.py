@@ -139,6 +139,15 @@ def test_two_requests_share_no_prompt_prefix():
     assert len(heads) == 8 * 500  # a radix cache matches nothing between them
 
 
+def test_a_client_process_gets_the_workload_without_its_id_pool_and_makes_the_same_prompts():
+    import pickle
+
+    w = Workload(32, 8, seed=2)
+    first = w.prompt(1, 7).ids
+    sent = pickle.dumps(w)  # --client-procs workers are spawned: their arguments are pickled
+    assert len(sent) < 10_000 and pickle.loads(sent).prompt(1, 7).ids == first
+
+
 def test_native_chunks_are_read_from_meta_info_alone_and_anything_else_whole():
     meta = {"completion_tokens": 3, "finish_reason": None}
     sglang = json.dumps({"text": 'he said \"meta_info\": no', "output_ids": [1, 2, 3], "meta_info": meta})
