@@ -286,12 +286,22 @@ class LoadGenerator:
         wire, prev, done = self.target.wire, 0, False
         times, tokens = p.times, p.tokens
 
-        parse, chunk = wire.parse, wire.chunk
+        parse, chunk, fast = wire.parse, wire.chunk, wire.count
 
         def on_event(data: bytes, now: float) -> None:
             nonlocal prev, done
             if done:
                 return
+            if fast is not None:  # an ordinary chunk in the middle of a stream, counted without parsing it
+                count = fast(data)
+                if count is not None:
+                    p.count_source = "usage"
+                    if count > prev:
+                        times.append(now)
+                        tokens.append(count - prev)
+                        prev = count
+                        self.last_chunk_time = now
+                    return
             if len(data) < 10 and data.strip() == b"[DONE]":  # before JSON: a failed parse raises, at a cost
                 done = True
                 return

@@ -48,6 +48,10 @@ class Wire:
         tokens counted so far (`prev` before this chunk). The client times the tokens a chunk adds."""
         raise NotImplementedError
 
+    # count(data) -> the server's own count of tokens so far, read from an ordinary chunk in the middle of a
+    # stream without parsing it; None for any other chunk (parse and chunk read those). None here: no such reading.
+    count = None
+
 
 class NativeGenerate(Wire):
     """SGLang's /generate: cumulative output, counts in meta_info."""
@@ -65,6 +69,8 @@ class NativeGenerate(Wire):
         return {**body, "sampling_params": sp, "stream": True}
 
     META = b'"meta_info":'
+    ONGOING = b'"finish_reason":null'
+    COUNT = b'"completion_tokens":'
 
     def parse(self, data):
         """Only meta_info, where the chunk ends with it (as SGLang writes it): the chunk's text and output_ids are
@@ -81,6 +87,24 @@ class NativeGenerate(Wire):
             if isinstance(meta, dict) and "completion_tokens" in meta:
                 return {"meta_info": meta}
         return loads(data)
+
+    def count(self, data):
+        """completion_tokens of a chunk whose meta_info says finish_reason null and has a field after the count, as
+        SGLang writes them (compact JSON): the chunks between a stream's first and last. Anything else (the last
+        chunk, an error, an abort, another layout or spacing) is None and goes through parse and chunk, which check
+        it whole. 0.77 µs per chunk against 1.27 for parse and chunk (in a loop, this VM); the price is that an
+        ordinary chunk is not checked to be well-formed JSON, only to carry these three fields."""
+        at = data.rfind(self.META)
+        if at < 0 or data.find(self.ONGOING, at) < 0:
+            return None
+        at = data.find(self.COUNT, at)
+        if at < 0:
+            return None
+        at += len(self.COUNT)
+        try:
+            return int(data[at:data.find(b",", at)])
+        except ValueError:  # not digits (or no comma after them)
+            return None
 
     def chunk(self, obj, p, prev):
         meta = obj.get("meta_info") or {}

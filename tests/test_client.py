@@ -12,28 +12,36 @@ from sglperf.client import LoadGenerator, Target, Workload
 from sglperf.wire import NATIVE, by_name
 
 
-def chunk(n, finish=None, *, ids=True):
-    meta = {"completion_tokens": n, "prompt_tokens": 4, "finish_reason": finish}
-    body = {"text": "x" * n, "meta_info": meta}
-    if ids:
-        body["output_ids"] = list(range(n))
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def chunk(n, finish=None, *, ids=True, layout="sglang"):
+    """One /generate event: as SGLang writes it (compact JSON, meta_info last, completion_tokens after
+    finish_reason: the client counts such chunks without parsing them), or "spaced" (json.dumps: parsed)."""
+    meta = {"id": "r1", "finish_reason": finish, "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+    body = {"text": "x" * n, **({"output_ids": list(range(n))} if ids else {}), "meta_info": meta}
+    data = json.dumps(body, separators=(",", ":")) if layout == "sglang" else json.dumps(body)
+    return b"data: " + data.encode() + b"\n\n"
 
 
 LENGTH = {"type": "length", "length": 4}
-SCRIPTS = {
-    "ok": [chunk(1), chunk(2), chunk(4, LENGTH), b"data: [DONE]\n\n"],
-    "coalesced": [chunk(3), chunk(4, LENGTH), b"data: [DONE]\n\n"],
-    "stream_error": [chunk(1), b'data: {"error": {"message": "boom", "code": 400}}\n\n', b"data: [DONE]\n\n"],
-    "abort": [chunk(1), chunk(1, {"type": "abort", "message": "x", "status_code": 503}), b"data: [DONE]\n\n"],
-    "no_finish": [chunk(1), chunk(2)],
-    "short_output": [chunk(1), chunk(3, {"type": "length", "length": 3}), b"data: [DONE]\n\n"],
-    "long_output": [chunk(2), chunk(5, {"type": "length", "length": 5}), b"data: [DONE]\n\n"],
-    "bad_chunk": [chunk(1), b"data: {not json\n\n", chunk(4, LENGTH), b"data: [DONE]\n\n"],
-}
+LAYOUTS = ["sglang", "spaced"]
 
 
-async def serve(script, status=200, delay=0.0):
+def scripts(layout="sglang"):
+    def c(*a, **k):
+        return chunk(*a, layout=layout, **k)
+
+    return {
+        "ok": [c(1), c(2), c(4, LENGTH), b"data: [DONE]\n\n"],
+        "coalesced": [c(3), c(4, LENGTH), b"data: [DONE]\n\n"],
+        "stream_error": [c(1), b'data: {"error": {"message": "boom", "code": 400}}\n\n', b"data: [DONE]\n\n"],
+        "abort": [c(1), c(1, {"type": "abort", "message": "x", "status_code": 503}), b"data: [DONE]\n\n"],
+        "no_finish": [c(1), c(2)],
+        "short_output": [c(1), c(3, {"type": "length", "length": 3}), b"data: [DONE]\n\n"],
+        "long_output": [c(2), c(5, {"type": "length", "length": 5}), b"data: [DONE]\n\n"],
+        "bad_chunk": [c(1), b"data: {not json\n\n", c(4, LENGTH), b"data: [DONE]\n\n"],
+    }
+
+
+async def serve(script, status=200, delay=0.0, layout="sglang"):
     async def generate(request):
         await request.read()
         if status != 200:
@@ -44,7 +52,7 @@ async def serve(script, status=200, delay=0.0):
             await resp.write(chunk(1))
             request.transport.close()
             return resp
-        for part in SCRIPTS[script]:
+        for part in scripts(layout)[script]:
             await asyncio.sleep(delay)
             await resp.write(part)
         return resp
@@ -72,9 +80,9 @@ async def serve(script, status=200, delay=0.0):
     return runner, f"http://127.0.0.1:{port}"
 
 
-def one(script, *, status=200, api="sglang", timeout=30.0, delay=0.0):
+def one(script, *, status=200, api="sglang", timeout=30.0, delay=0.0, layout="sglang"):
     async def go():
-        runner, url = await serve(script, status, delay)
+        runner, url = await serve(script, status, delay, layout)
         try:
             async with LoadGenerator(Target(url, wire=by_name(api)), Workload(4, 4), request_timeout=timeout) as gen:
                 return await gen.one_request()
@@ -84,22 +92,25 @@ def one(script, *, status=200, api="sglang", timeout=30.0, delay=0.0):
     return asyncio.run(go())
 
 
-def test_a_good_stream_is_a_success_with_token_deltas():
-    rec = one("ok")
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_good_stream_is_a_success_with_token_deltas(layout):
+    rec = one("ok", layout=layout)
     assert rec.ok and rec.finish_reason == "length"
     assert rec.chunk_tokens == (1, 1, 2) and rec.output_tokens == 4
     assert rec.server_completion_tokens == 4 and rec.server_prompt_tokens == 4
 
 
-def test_coalesced_chunks_count_tokens_from_completion_tokens():
-    rec = one("coalesced")
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_coalesced_chunks_count_tokens_from_completion_tokens(layout):
+    rec = one("coalesced", layout=layout)
     assert rec.ok and rec.chunk_tokens == (3, 1)
 
 
 @pytest.mark.parametrize("script", ["stream_error", "abort", "no_finish", "short_output", "long_output",
                                     "bad_chunk"])
-def test_http_200_streams_that_go_wrong_are_errors(script):
-    rec = one(script)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_http_200_streams_that_go_wrong_are_errors(script, layout):
+    rec = one(script, layout=layout)
     assert not rec.ok
     assert rec.error == script
     assert rec.http_status == 200
@@ -157,6 +168,20 @@ def test_native_chunks_are_read_from_meta_info_alone_and_anything_else_whole():
         assert NATIVE.parse(json.dumps(whole).encode()) == whole
     with pytest.raises(ValueError):
         NATIVE.parse(b'{"text": "cut off here')
+
+
+def test_only_ordinary_native_chunks_are_counted_without_parsing():
+    """The chunks between a stream's first and last, as SGLang writes them, give their count unparsed; every other
+    chunk (the last, an abort, an error, another spacing, no field after the count) gives None and is parsed."""
+    assert NATIVE.count(b" " + chunk(7)[6:-2]) == 7
+    assert NATIVE.count(chunk(12, ids=False)[6:-2]) == 12
+    tail = b',"meta_info":{"finish_reason":null,"completion_tokens":3,"cached_tokens":0}}'
+    assert NATIVE.count(b'{"text":"he wrote \\"meta_info\\":{\\"completion_tokens\\":99,"' + tail) == 3
+    for other in (chunk(4, LENGTH), chunk(1, {"type": "abort", "message": "x"}), chunk(3, layout="spaced"),
+                  b'data: {"error": {"message": "boom"}}\n\n',
+                  b'data: {"meta_info":{"finish_reason":null,"completion_tokens":3}}\n\n',
+                  b'data: {"meta_info":{"finish_reason":null,"completion_tokens":"3","x":0}}\n\n'):
+        assert NATIVE.count(other[6:-2]) is None, other
 
 
 def test_bad_targets_are_refused_with_a_clear_error():
