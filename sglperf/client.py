@@ -292,35 +292,31 @@ class LoadGenerator:
             nonlocal prev, done
             if done:
                 return
-            if fast is not None:  # an ordinary chunk in the middle of a stream, counted without parsing it
-                count = fast(data)
-                if count is not None:
-                    p.count_source = "usage"
-                    if count > prev:
-                        times.append(now)
-                        tokens.append(count - prev)
-                        prev = count
-                        self.last_chunk_time = now
-                    return
-            if len(data) < 10 and data.strip() == b"[DONE]":  # before JSON: a failed parse raises, at a cost
+            # an ordinary chunk in the middle of a stream is counted without parsing it (Wire.count)
+            count = fast(data) if fast is not None else None
+            if count is not None:
+                p.count_source = "usage"
+            elif len(data) < 10 and data.strip() == b"[DONE]":  # before JSON: a failed parse raises, at a cost
                 done = True
                 return
-            try:
-                obj = parse(data)
-            except ValueError:
-                p.fail("bad_chunk", f"not JSON: {data.strip()[:120]!r}")
-                return
-            if not isinstance(obj, dict):
-                p.fail("bad_chunk", f"not an object: {data[:120]!r}")
-            elif "error" in obj:
-                p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
             else:
+                try:
+                    obj = parse(data)
+                except ValueError:
+                    p.fail("bad_chunk", f"not JSON: {data.strip()[:120]!r}")
+                    return
+                if not isinstance(obj, dict):
+                    p.fail("bad_chunk", f"not an object: {data[:120]!r}")
+                    return
+                if "error" in obj:
+                    p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
+                    return
                 count = chunk(obj, p, prev)
-                if count > prev:  # the tokens this chunk added arrived now
-                    times.append(now)
-                    tokens.append(count - prev)
-                    prev = count
-                    self.last_chunk_time = now
+            if count > prev:  # the tokens this chunk added arrived now
+                times.append(now)
+                tokens.append(count - prev)
+                prev = count
+                self.last_chunk_time = now
 
         answer, retried = await self._client.post(path, payload, on_event)
         self.connection_retries += retried

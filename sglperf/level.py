@@ -201,8 +201,8 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                 # A check is O(every chunk so far). Run on the loop, a long, fast level's checks stalled it (53 ms
                 # lag p99 at 3,400 tok/s on the H200); in a thread the GIL's switch interval (5 ms) lets the loop
                 # keep sending, but the two threads' contention for the GIL cost ~1 µs per streamed token (three
-                # pairs of 40-s levels, 2-core host, 16 streams). So a check runs on the loop while the last one cost less than
-                # INLINE_CHECK_S, and in a thread from then on.
+                # pairs of 40-s levels, 2-core host, 16 streams). So a check runs on the loop while the last one
+                # cost less than INLINE_CHECK_S, and in a thread from then on.
                 if check_cpu_s < INLINE_CHECK_S:
                     res, tokens = check(snap, finished, now)
                 else:
