@@ -217,3 +217,14 @@ class LevelResult:
         d["warnings"] = tuple(d.get("warnings") or ())
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """Where throughput must plateau: the KV pool's and the admission cap's ceilings in requests, and which binds."""
+
+    kv: int  # requests the KV pool holds at once (page-rounded)
+    cap: int | None  # effective --max-running-requests
+    effective: int
+    binding: str  # "kv" | "cap"
+    tokens_per_request: int

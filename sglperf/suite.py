@@ -27,7 +27,8 @@ from .metrics import MeasurementPolicy
 from .negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
 from .results import RunRecorder, ServerDoc, mark_abandoned
-from .verdict import Ceiling, decides_floor
+from .records import Ceiling
+from .verdict import decides_floor
 
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .baselines import Entry
 from .categories import INCONCLUSIVE, REGRESSION
 from .gpu import describe as gpu_describe
-from .records import LevelResult
+from .records import Ceiling, LevelResult
 
 
 @dataclass(frozen=True)
@@ -80,25 +80,6 @@ def decides_floor(floor: float):
         return floor_outcome(r.sustained_output_tps, r.sustained_output_tps_ci95, floor) != "inconclusive" and \
             r.sustained_output_tps_ci95 is not None
     return decided
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    kv: int  # requests the KV pool holds at once (page-rounded)
-    cap: int | None  # effective --max-running-requests
-    effective: int
-    binding: str  # "kv" | "cap"
-    tokens_per_request: int
-
-
-def predict_ceiling(max_total_num_tokens: int, page_size: int, isl: int, osl: int,
-                    admission_cap: int | None) -> Ceiling:
-    """KV ceiling = max_total_num_tokens / tokens per request (page-rounded); the effective cap is the smaller."""
-    per = math.ceil((isl + osl) / page_size) * page_size
-    kv = max_total_num_tokens // per
-    if admission_cap is not None and admission_cap < kv:
-        return Ceiling(kv, admission_cap, admission_cap, "cap", per)
-    return Ceiling(kv, admission_cap, kv, "kv", per)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window
 
     from sglperf import engines
     from sglperf.suite import ConfigRun
-    from sglperf.verdict import Ceiling
+    from sglperf.records import Ceiling
 
     from .rundocs import result
 

@@ -6,7 +6,8 @@ import pytest
 
 from sglperf.baselines import Entry
 from sglperf.records import LevelResult, Summary
-from sglperf.verdict import check_ab, check_floor, check_plateau, predict_ceiling
+from sglperf.engines.sglang import predict_ceiling
+from sglperf.verdict import check_ab, check_floor, check_plateau
 
 S = Summary(None, None, None, None, 0)
 

@@ -17,8 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..categories import InfraError, UsageError
-from ..records import ServerSample
-from ..verdict import Ceiling
+from ..records import Ceiling, ServerSample
 from ..wire import FULL, OPENAI, Shape, Wire
 
 

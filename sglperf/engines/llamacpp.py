@@ -4,8 +4,7 @@ ignore_eos, a new connection per stream (it closes the socket after each), on th
 from __future__ import annotations
 
 from ..categories import InfraError
-from ..records import ServerSample
-from ..verdict import Ceiling
+from ..records import Ceiling, ServerSample
 from ..wire import OPENAI
 from .base import Engine, Series
 

@@ -5,11 +5,11 @@ imports, else by the vendored 0.5.23 flag list."""
 from __future__ import annotations
 
 import argparse
+import math
 from importlib import metadata
 from pathlib import Path
 
-from ..records import ServerSample
-from ..verdict import Ceiling, predict_ceiling
+from ..records import Ceiling, ServerSample
 from ..wire import NATIVE
 from .base import Engine, FlagCheck, Series
 
@@ -49,6 +49,16 @@ def check_flags(argv: list[str], known: set[str]) -> list[str]:
         elif not matches:
             problems.append(f"{flag}: not a flag of this SGLang (unrecognized arguments, exit 2)")
     return problems
+
+
+def predict_ceiling(max_total_num_tokens: int, page_size: int, isl: int, osl: int,
+                    admission_cap: int | None) -> Ceiling:
+    """KV ceiling = max_total_num_tokens / tokens per request (page-rounded); the effective cap is the smaller."""
+    per = math.ceil((isl + osl) / page_size) * page_size
+    kv = max_total_num_tokens // per
+    if admission_cap is not None and admission_cap < kv:
+        return Ceiling(kv, admission_cap, admission_cap, "cap", per)
+    return Ceiling(kv, admission_cap, kv, "kv", per)
 
 
 class SGLang(Engine):
