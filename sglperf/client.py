@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 import numpy as np
 from orjson import dumps
 
-from .engines.base import auth_headers
 from .prompts import Prompt, PromptMaker, Tokenizer
-from .records import ClientSample, RequestRecord
+from .records import FULL, ClientSample, RequestRecord, Shape
+from .redact import auth_headers
 from .stream import StreamClient, StreamError
-from .wire import CHAT, FULL, NATIVE, Shape, Wire, by_name
+from .wire import CHAT, NATIVE, Wire, by_name
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Target:
     def for_engine(cls, url: str, engine, *, api: str | None = None, prompt_format: str = "ids", **kw) -> "Target":
         """The target an adapter describes; `api` names another wire where the engine speaks several, and chat
         prompts go to the chat endpoint."""
-        wire = CHAT if prompt_format == "chat" else by_name(api) if api else engine.wire
+        wire = CHAT if prompt_format == "chat" else by_name(api or engine.wire)
         return cls(url, wire=wire, new_connection_per_request=engine.new_connection_per_request, shape=engine.shape,
                    **kw)
 

@@ -6,7 +6,7 @@ Times are seconds on one clock per run (the client's monotonic clock).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 SCHEMA_VERSION = 1
 
@@ -228,3 +228,21 @@ class Ceiling:
     effective: int
     binding: str  # "kv" | "cap"
     tokens_per_request: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The optional fields a request carries. Only what the server accepts is sent: where `ignore_eos` is not
+    accepted, `min_tokens` = max_tokens stands in where it is, and otherwise a request that stops early is invalid
+    (wrong length), never silently counted."""
+
+    ignore_eos: bool = True
+    min_tokens: bool = False
+    include_usage: bool = True  # stream_options.include_usage (OpenAI)
+    continuous_usage: bool = True  # stream_options.continuous_usage_stats: usage on every chunk (vLLM, SGLang)
+
+    def without(self, **fields: bool) -> "Shape":
+        return replace(self, **fields)
+
+
+FULL = Shape()

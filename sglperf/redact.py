@@ -1,4 +1,5 @@
-"""Keep secrets (the API key) out of everything the suite writes: logs, reports, result JSON, history."""
+"""The API key: where it comes from, the one header that carries it, and keeping it (and every other secret) out of
+everything the suite writes: logs, reports, result JSON, history."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ API_KEY_ENV = "SGLPERF_API_KEY"
 
 def api_key_from_env() -> str | None:
     return os.environ.get(API_KEY_ENV) or None
+
+
+def auth_headers(api_key: str | None) -> dict:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def secrets() -> list[str]:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import aiohttp
 
-from .engines.base import auth_headers
+from .redact import auth_headers
 from .records import ServerSample
 
 

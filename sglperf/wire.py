@@ -9,27 +9,10 @@ nothing of, negotiation) names the wire and the shape, the client only drives th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 
 from orjson import loads  # SSE chunks: a fifth of json.loads's cost per chunk
 
-
-@dataclass(frozen=True)
-class Shape:
-    """The optional fields a request carries. Only what the server accepts is sent: where `ignore_eos` is not
-    accepted, `min_tokens` = max_tokens stands in where it is, and otherwise a request that stops early is invalid
-    (wrong length), never silently counted."""
-
-    ignore_eos: bool = True
-    min_tokens: bool = False
-    include_usage: bool = True  # stream_options.include_usage (OpenAI)
-    continuous_usage: bool = True  # stream_options.continuous_usage_stats: usage on every chunk (vLLM, SGLang)
-
-    def without(self, **fields: bool) -> "Shape":
-        return replace(self, **fields)
-
-
-FULL = Shape()
+from .records import Shape
 
 
 class Wire:

@@ -15,7 +15,8 @@ import requests
 from sglperf.launch import LaunchSpec, launch
 from sglperf.level import systematic_failure
 from sglperf.records import RequestRecord
-from sglperf.wire import FULL, OPENAI, Shape
+from sglperf.records import FULL, Shape
+from sglperf.wire import OPENAI
 
 from .conftest import user_env
 

@@ -5,7 +5,7 @@ Nothing outside this package asks which engine it is: it asks the adapter.
 
 from __future__ import annotations
 
-from .base import Engine, FlagCheck, Series, auth_headers, check_url, http_get
+from .base import Engine, FlagCheck, Series, check_url, http_get
 from .llamacpp import LlamaCpp
 from .openai import OpenAI
 from .sglang import SGLang
@@ -40,4 +40,4 @@ def detect(url: str, api_key: str | None = None, timeout: float = 5.0) -> Engine
     return OpenAI()
 
 
-__all__ = ["ENGINES", "NAMES", "Engine", "FlagCheck", "Series", "auth_headers", "check_url", "detect", "get"]
+__all__ = ["ENGINES", "NAMES", "Engine", "FlagCheck", "Series", "check_url", "detect", "get"]

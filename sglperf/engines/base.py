@@ -17,8 +17,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..categories import InfraError, UsageError
-from ..records import Ceiling, ServerSample
-from ..wire import FULL, OPENAI, Shape, Wire
+from ..records import FULL, Ceiling, ServerSample, Shape
+from ..redact import auth_headers
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,6 @@ class FlagCheck:
 
     source: str
     problems: tuple[str, ...] = ()
-
-
-def auth_headers(api_key: str | None) -> dict:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def describe_status(r: requests.Response) -> str:
@@ -89,7 +85,7 @@ class Engine:
     """The defaults: an OpenAI-compatible server we know nothing more about."""
 
     name = "openai"
-    wire: Wire = OPENAI
+    wire = "openai"  # the wire format it speaks natively (measure/wire.py names them)
     shape: Shape = FULL  # optional request fields it accepts (ignore_eos, usage on every chunk)
     negotiates = False  # a server we know nothing of: find out what it accepts before the first level
     new_connection_per_request = False  # reuse keep-alive connections
@@ -193,5 +189,5 @@ class Engine:
         return FlagCheck("not checked (no flag list for this engine)")
 
     def describe(self) -> dict:
-        return {"engine": self.name, "wire": self.wire.name, "new_connection_per_request":
+        return {"engine": self.name, "wire": self.wire, "new_connection_per_request":
                 self.new_connection_per_request}

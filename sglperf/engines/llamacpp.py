@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..categories import InfraError
 from ..records import Ceiling, ServerSample
-from ..wire import OPENAI
 from .base import Engine, Series
 
 GPU_LAYER_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
@@ -13,7 +12,7 @@ GPU_LAYER_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
 
 class LlamaCpp(Engine):
     name = "llamacpp"
-    wire = OPENAI
+    wire = "openai"
     new_connection_per_request = True
     counts_at_completion = True  # tokens_predicted_total grows by a request's tokens when it finishes
     info_paths = ("/props",)

@@ -10,7 +10,6 @@ from importlib import metadata
 from pathlib import Path
 
 from ..records import Ceiling, ServerSample
-from ..wire import NATIVE
 from .base import Engine, FlagCheck, Series
 
 VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
@@ -63,7 +62,7 @@ def predict_ceiling(max_total_num_tokens: int, page_size: int, isl: int, osl: in
 
 class SGLang(Engine):
     name = "sglang"
-    wire = NATIVE
+    wire = "sglang"
     info_paths = ("/server_info", "/get_server_info")
     flush_path = "/flush_cache"
     loads_path = "/v1/loads"
