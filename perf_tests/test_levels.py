@@ -7,16 +7,15 @@ from fixtures.plugin import allure_on, evidence_on_failure
 from sglperf import fingerprint, report
 from sglperf.categories import INFRA, INVALID
 from sglperf.latency import check_ceiling
+from sglperf.records import METRICS
 from sglperf.verdict import check_floor
 
 
 def _benchmark_info(m) -> dict:
     r = m.result
-    return {"sustained_output_tps": r.sustained_output_tps, "sustained_output_tps_ci95": r.sustained_output_tps_ci95,
-            "sustained_total_tps": r.sustained_total_tps, "whole_run_output_tps": r.whole_run_output_tps,
-            "peak_output_tps": r.peak_output_tps, "achieved_concurrency": r.achieved_concurrency,
-            "server_output_tps": r.server_output_tps, "ttft_p99_ms": r.ttft_ms.p99, "tpot_median_ms": r.tpot_ms.median,
-            "e2e_median_ms": r.e2e_ms.median, "errors": r.errors, "valid": r.valid,
+    return {**{name: metric.read(r) for name, metric in METRICS.items()},
+            "sustained_output_tps_ci95": r.sustained_output_tps_ci95, "achieved_concurrency": r.achieved_concurrency,
+            "server_output_tps": r.server_output_tps, "errors": r.errors, "valid": r.valid,
             "invalid_reasons": list(r.invalid_reasons), "window_s": r.window_s, "completed": r.completed}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from .records import METRICS
 from .report import CATEGORIES
 
 ALLURE_DIR = Path(__file__).resolve().parent.parent / "ci" / "allure"
@@ -51,13 +52,9 @@ def metric_declarations(results: Path) -> dict:
     return metrics
 
 
-# perf-metric kind (report.metric_key) -> title, unit, direction, group
-KINDS = {"throughput": ("sustained output", "tok/s", "higher", "throughput"),
-         "ttft_mean": ("TTFT mean", "ms", "lower", "latency"),
-         "ttft_p99": ("TTFT p99", "ms", "lower", "latency"),
-         "tpot_p99": ("TPOT p99", "ms", "lower", "latency"),
-         "goodput_tps": ("goodput (output of requests that met the SLO)", "tok/s", "higher", "goodput"),
-         "goodput_rps": ("goodput (requests that met the SLO)", "req/s", "higher", "goodput")}
+# Allure trend key (report.metric_key) -> title, unit, direction, group: from records.METRICS
+KINDS = {m.trend: (m.title, m.unit, m.better, "latency" if m.is_latency else "goodput" if m.name.startswith("goodput")
+                   else "throughput") for m in METRICS.values() if m.trend}
 
 
 def config(results: Path, output: Path, history: Path, name: str, single_file: bool) -> dict:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import baselines, profiles
+from .records import GATED, LATENCY
 from .rundoc import load_run
 
 
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--from", dest="run", required=True, help="reports/runs/<run>.json")
     u.add_argument("--config", action="append", default=None)
     u.add_argument("--levels", default=None, help="comma-separated levels (default: all valid ones)")
-    u.add_argument("--metric", default="sustained_output_tps", choices=list(baselines.METRICS))
+    u.add_argument("--metric", default="sustained_output_tps", choices=list(GATED))
     u.add_argument("--tolerance", type=float, default=None, help="default: the profile's default_tolerance")
     u.add_argument("--file", default=None, help="baseline file (default: baselines/<profile>/<hardware>.json)")
     u.add_argument("--dry-run", action="store_true")
@@ -29,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("runs", nargs="*", help="run files of the same profile and hardware")
     c.add_argument("--repeat", type=int, default=0, help="run the suite N times first (needs --profile)")
     c.add_argument("--profile", default=None)
-    c.add_argument("--metric", action="append", default=None, choices=[*baselines.METRICS, "latency"],
+    c.add_argument("--metric", action="append", default=None, choices=[*GATED, "latency"],
                    help="repeatable; default sustained_output_tps; `--metric latency` is every latency percentile")
     c.add_argument("--min-tolerance", type=float, default=baselines.MIN_TOLERANCE)
     c.add_argument("--max-tolerance", type=float, default=None,
@@ -112,7 +113,7 @@ def _main(args) -> int:
     prof = profiles.load(runs[0].profile)
     metrics = []
     for m in args.metric or ["sustained_output_tps"]:
-        metrics += list(baselines.LATENCY_METRICS) if m == "latency" else [m]
+        metrics += list(LATENCY) if m == "latency" else [m]
     new = None
     for metric in metrics:
         part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,

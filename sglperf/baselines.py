@@ -16,16 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .categories import UsageError
 from .fileio import atomic_write_json, lock_for, read_json
+from .records import GATED, METRICS
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 SCHEMA_VERSION = 1
-THROUGHPUT_METRICS = ("sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps")
-# latency percentiles (sglperf/latency.py): lower is better, so their entries hold a ceiling, not a floor
-LATENCY_METRICS = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms")
-METRICS = THROUGHPUT_METRICS + LATENCY_METRICS
-Metric = Literal["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", "whole_run_total_tps",
-                 "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p50_ms"]
+# What an entry may hold (records.METRICS, gated): throughput floors, and latency ceilings (lower is better)
+Metric = Literal[GATED]
 
 
 class BaselineError(UsageError):
@@ -56,16 +53,12 @@ class Entry(BaseModel):
 
     @property
     def is_latency(self) -> bool:
-        return self.metric in LATENCY_METRICS
+        return METRICS[self.metric].is_latency
 
 
 def metric_value(r, metric: str) -> float | None:
-    """A level result's value of a baseline metric (latency percentiles from its summaries)."""
-    if metric in LATENCY_METRICS:
-        from .latency import level_value
-
-        return level_value(r, metric)
-    return getattr(r, metric)
+    """A level result's value of a baseline metric (records.METRICS says how it is read)."""
+    return METRICS[metric].read(r)
 
 
 class BaselineFile(BaseModel):

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from . import fingerprint as fp_mod
 from . import history
-from .baselines import LATENCY_METRICS
+from .records import METRICS
 
 DEFAULTS = dict(max_pvalue=0.001, min_magnitude=0.02, window_len=60)
 
@@ -151,9 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", dest="history_opt", default=None, help="same as the positional argument")
     p.add_argument("--config", default=None)
     p.add_argument("--level", type=int, default=None)
-    p.add_argument("--metric", default="sustained_output_tps",
-                   choices=["sustained_output_tps", "sustained_total_tps", "whole_run_output_tps", *LATENCY_METRICS,
-                            "goodput_tps", "goodput_rps"])
+    p.add_argument("--metric", default="sustained_output_tps", choices=list(METRICS))
     p.add_argument("--pvalue", type=float, default=DEFAULTS["max_pvalue"])
     p.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"])
     p.add_argument("--window", type=int, default=DEFAULTS["window_len"])

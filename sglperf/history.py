@@ -13,10 +13,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .baselines import LATENCY_METRICS, metric_value
 from .categories import UsageError
 from .fileio import lock_for
-from .records import SCHEMA_VERSION
+from .records import METRICS, SCHEMA_VERSION
 from .rundoc import HistoryLevel, HistoryRecord, RunDoc, explain
 
 HISTORY_ENV = "SGLPERF_HISTORY"
@@ -42,13 +41,9 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
             ok = bool(r.valid)
             levels.append(HistoryLevel(
                 config=cname, level=int(lv), valid=ok, invalid_reasons=list(r.invalid_reasons),
-                sustained_output_tps=r.sustained_output_tps if ok else None,
                 sustained_output_tps_ci95=r.sustained_output_tps_ci95 if ok else None,
-                sustained_total_tps=r.sustained_total_tps if ok else None,
-                whole_run_output_tps=r.whole_run_output_tps if ok else None,
-                disturbances=list(r.disturbances), gpu=dict(r.gpu), goodput_rps=r.goodput_rps if ok else None,
-                goodput_tps=r.goodput_tps if ok else None,
-                **{m: (metric_value(r, m) if ok else None) for m in LATENCY_METRICS}))
+                disturbances=list(r.disturbances), gpu=dict(r.gpu),
+                **{name: (m.read(r) if ok else None) for name, m in METRICS.items()}))
     return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
                          engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,
                          status=run.status, fingerprint=run.fingerprint or {}, levels=levels)

@@ -25,20 +25,9 @@ from scipy import stats
 
 from .categories import INCONCLUSIVE, LATENCY
 from .metrics import latency_values
-from .records import LevelResult, RequestRecord
+from .records import METRICS, LevelResult, RequestRecord
 
-# metric -> (per-request series, quantile or "mean")
-METRICS = {"ttft_mean_ms": ("ttft_ms", "mean"), "ttft_p50_ms": ("ttft_ms", 0.50), "ttft_p99_ms": ("ttft_ms", 0.99),
-           "tpot_p50_ms": ("tpot_ms", 0.50), "tpot_p99_ms": ("tpot_ms", 0.99),
-           "itl_p99_ms": ("itl_ms", 0.99), "e2e_p50_ms": ("e2e_ms", 0.50)}
 QUEUEING = ("ttft_ms", "e2e_ms")  # grow with the queue past the ceiling: not judged there
-
-
-def level_value(r: LevelResult, metric: str) -> float | None:
-    """The level result's own number for a latency metric (what baselines and history keep)."""
-    series, q = METRICS[metric]
-    s = getattr(r, series)
-    return s.mean if q == "mean" else s.median if q == 0.5 else s.p99
 
 
 MIN_FOR_MEAN = 30  # below this a t-interval of a skewed latency's mean is not trusted
@@ -108,7 +97,8 @@ class LatencyVerdict:
 def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where: str, baseline_source: str,
                   past_kv_ceiling: bool = False, env_diff: str = "") -> LatencyVerdict:
     """One latency entry (value, tolerance: ceiling = value x (1 + tolerance)) against the level's requests."""
-    series, q = METRICS[entry.metric]
+    m = METRICS[entry.metric]
+    series, q = m.series, m.stat
     values = latency_values(window_records(records, r))[series]
     est, lo, hi = mean_interval(values) if q == "mean" else percentile_interval(values, q)
     ceiling = entry.ceiling

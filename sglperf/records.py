@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, replace
+from typing import Callable
 
 SCHEMA_VERSION = 1
 
@@ -246,3 +247,59 @@ class Shape:
 
 
 FULL = Shape()
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a level: its name in baselines, history, drift and reports, its unit, which way is better,
+    whether a baseline may gate it (a floor, or for lower-is-better a ceiling), and how it is read off a
+    LevelResult. A latency metric also names the per-request series and statistic its interval comes from
+    (judge/latency.py); `trend` is the key of its Allure trend, where it has one (report/allure.py)."""
+
+    name: str
+    title: str
+    unit: str
+    better: str  # "higher" | "lower"
+    gated: bool
+    read: Callable[["LevelResult"], float | None]
+    series: str | None = None  # "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"
+    stat: str | float | None = None  # "mean" or a quantile
+    trend: str | None = None
+
+    @property
+    def is_latency(self) -> bool:
+        return self.series is not None
+
+
+def _latency(name: str, title: str, series: str, stat: str | float, trend: str | None = None) -> Metric:
+    def read(r: LevelResult) -> float | None:
+        s = getattr(r, series)
+        return s.mean if stat == "mean" else s.median if stat == 0.5 else s.p99
+
+    return Metric(name, title, "ms", "lower", True, read, series, stat, trend)
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("sustained_output_tps", "sustained output", "tok/s", "higher", True, lambda r: r.sustained_output_tps,
+           trend="throughput"),
+    Metric("sustained_total_tps", "sustained total (prompt + output)", "tok/s", "higher", True,
+           lambda r: r.sustained_total_tps),
+    Metric("whole_run_output_tps", "whole-run output (bench_serving's)", "tok/s", "higher", True,
+           lambda r: r.whole_run_output_tps),
+    Metric("whole_run_total_tps", "whole-run total (bench_serving's)", "tok/s", "higher", True,
+           lambda r: r.whole_run_total_tps),
+    Metric("peak_output_tps", "peak output (best 1-s bucket)", "tok/s", "higher", False, lambda r: r.peak_output_tps),
+    _latency("ttft_mean_ms", "TTFT mean", "ttft_ms", "mean", "ttft_mean"),
+    _latency("ttft_p50_ms", "TTFT p50", "ttft_ms", 0.5),
+    _latency("ttft_p99_ms", "TTFT p99", "ttft_ms", 0.99, "ttft_p99"),
+    _latency("tpot_p50_ms", "TPOT p50", "tpot_ms", 0.5),
+    _latency("tpot_p99_ms", "TPOT p99", "tpot_ms", 0.99, "tpot_p99"),
+    _latency("itl_p99_ms", "ITL p99", "itl_ms", 0.99),
+    _latency("e2e_p50_ms", "E2E p50", "e2e_ms", 0.5),
+    Metric("goodput_tps", "goodput (output of requests that met the SLO)", "tok/s", "higher", False,
+           lambda r: r.goodput_tps, trend="goodput_tps"),
+    Metric("goodput_rps", "goodput (requests that met the SLO)", "req/s", "higher", False, lambda r: r.goodput_rps,
+           trend="goodput_rps"),
+)}
+GATED = tuple(n for n, m in METRICS.items() if m.gated)  # what a baseline entry may hold
+LATENCY = tuple(n for n, m in METRICS.items() if m.is_latency)

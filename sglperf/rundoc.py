@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .categories import UsageError
 from .fileio import read_json
-from .records import SCHEMA_VERSION, LevelResult
+from .records import METRICS, SCHEMA_VERSION, LevelResult
 
 
 class RunFileError(UsageError):
@@ -120,26 +120,15 @@ class RunDoc(Strict):
         return {k: v for k, v in (self.fingerprint or {}).items() if k not in ("server_args", "server_args_hash")}
 
 
-class HistoryLevel(Strict):
-    config: str
-    level: int
-    valid: bool
-    invalid_reasons: list[str] = []
-    sustained_output_tps: float | None = None
-    sustained_output_tps_ci95: float | None = None
-    sustained_total_tps: float | None = None
-    whole_run_output_tps: float | None = None
-    ttft_p99_ms: float | None = None
-    ttft_p50_ms: float | None = None
-    ttft_mean_ms: float | None = None
-    tpot_p50_ms: float | None = None
-    tpot_p99_ms: float | None = None
-    itl_p99_ms: float | None = None
-    e2e_p50_ms: float | None = None
-    goodput_rps: float | None = None
-    goodput_tps: float | None = None
-    disturbances: list[str] = []
-    gpu: dict[str, Any] = {}  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
+# One level of a history line: validity, every metric of records.METRICS (None when the level was invalid), the
+# sustained interval, and what disturbed it.
+HistoryLevel = create_model(
+    "HistoryLevel", __base__=Strict, config=(str, ...), level=(int, ...), valid=(bool, ...),
+    invalid_reasons=(list[str], []), sustained_output_tps_ci95=(float | None, None),
+    disturbances=(list[str], []),
+    gpu=(dict[str, Any], {}),  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
+    **{name: (float | None, None) for name in METRICS},
+)
 
 
 class HistoryRecord(Strict):

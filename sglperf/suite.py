@@ -27,7 +27,7 @@ from .metrics import MeasurementPolicy
 from .negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
 from .results import RunRecorder, ServerDoc, mark_abandoned
-from .records import Ceiling
+from .records import METRICS, Ceiling
 from .verdict import decides_floor
 
 
@@ -455,12 +455,10 @@ class Suite:
             if not r.valid:
                 continue  # an invalid level is never a data point
             start, stop = m.extra.get("epoch_ms", (0, 0))
-            for kind, value in (("throughput", r.sustained_output_tps), ("ttft_mean", r.ttft_ms.mean),
-                                ("ttft_p99", r.ttft_ms.p99),
-                                ("tpot_p99", r.tpot_ms.p99), ("goodput_tps", r.goodput_tps),
-                                ("goodput_rps", r.goodput_rps)):
+            for metric in (m for m in METRICS.values() if m.trend):
+                value = metric.read(r)
                 if value is not None:
-                    key = report.metric_key(kind, pname, cname, level)
+                    key = report.metric_key(metric.trend, pname, cname, level)
                     entries.append({"id": key, "key": key, "value": round(value, 3), "start": start, "stop": stop})
         report.write_perf_metrics(d, entries)
 
