@@ -20,13 +20,13 @@ from pathlib import Path
 import psutil
 
 from sglperf import engines
-from sglperf.client import Target, Workload
+from sglperf.measure.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
-from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy, client_health
+from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.metrics import MeasurementPolicy, client_health
 
 try:
-    from sglperf.client import run_loop
+    from sglperf.measure.client import run_loop
 except ImportError:  # an older sglperf
     import asyncio
 

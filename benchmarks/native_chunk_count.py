@@ -15,8 +15,8 @@ import timeit
 
 import orjson
 
-from sglperf.client import _Progress
-from sglperf.wire import NATIVE
+from sglperf.measure.client import _Progress
+from sglperf.measure.wire import NATIVE
 
 
 def ordinary_chunks(n: int) -> list[bytes]:

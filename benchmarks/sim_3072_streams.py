@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 
 from sglperf import engines
-from sglperf.client import Target, Workload
+from sglperf.measure.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
-from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy
+from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.metrics import MeasurementPolicy
 
 
 def tree_cpu(pid: int) -> float:

@@ -4,7 +4,7 @@
 #   bash ci/pack-llamacpp-source.sh OUT.tar.xz      (about 7 MB; `sglperf llamacpp build --source OUT.tar.xz`)
 set -euo pipefail
 out=$(realpath -m "${1:?usage: pack-llamacpp-source.sh OUT.tar.xz}")
-version=$(python3 -c 'from sglperf.llamacpp import LLAMA_CPP_PYTHON; print(LLAMA_CPP_PYTHON)')
+version=$(python3 -c 'from sglperf.engines.llamacpp_build import LLAMA_CPP_PYTHON; print(LLAMA_CPP_PYTHON)')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$version"

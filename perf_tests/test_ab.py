@@ -4,10 +4,10 @@ config's cap binds (the seed: +28% at 2048)."""
 import pytest
 
 from fixtures.plugin import allure_on, outcome
-from sglperf import report
+from sglperf.report import allure as report
 from sglperf.categories import INCONCLUSIVE, INVALID, REGRESSION
-from sglperf.results import ABDoc
-from sglperf.verdict import check_ab
+from sglperf.record.recorder import ABDoc
+from sglperf.judge.verdict import check_ab
 
 
 def test_config_ab(perf_profile, perf_session, request):

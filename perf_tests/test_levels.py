@@ -4,11 +4,12 @@ health."""
 import pytest
 
 from fixtures.plugin import allure_on, evidence_on_failure
-from sglperf import fingerprint, report
+from sglperf.environment import fingerprint
+from sglperf.report import allure as report
 from sglperf.categories import INFRA, INVALID
-from sglperf.latency import check_ceiling
+from sglperf.judge.latency import check_ceiling
 from sglperf.records import METRICS
-from sglperf.verdict import check_floor
+from sglperf.judge.verdict import check_floor
 
 
 def _benchmark_info(m) -> dict:

@@ -4,10 +4,10 @@
 import pytest
 
 from fixtures.plugin import allure_on, evidence_on_failure
-from sglperf import plots, report
+from sglperf.report import allure as report, plots
 from sglperf.categories import INCONCLUSIVE, INFRA, INVALID, PLATEAU
-from sglperf.results import PlateauDoc
-from sglperf.verdict import check_plateau
+from sglperf.record.recorder import PlateauDoc
+from sglperf.judge.verdict import check_plateau
 
 
 def test_kv_plateau(perf_config, perf_session, request):

@@ -73,8 +73,8 @@ class WorkloadSection(Strict):
 
     def client_workload(self, tokenizer: str | None = None):
         """The client's Workload; `tokenizer` overrides the profile's (paths differ between machines)."""
-        from .client import Workload
-        from .prompts import Tokenizer
+        from .measure.client import Workload
+        from .measure.prompts import Tokenizer
 
         name = tokenizer or self.tokenizer
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,

@@ -17,18 +17,21 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import baselines, engines, fingerprint, history, profiles, report
+from .record import baselines, history
+from . import engines, profiles
+from .environment import fingerprint
+from .report import allure as report
 from . import launch as launcher
 from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
-from .client import Target, Workload, run_loop
-from .shards import parse_client_procs, resolve_client_procs
-from .level import LevelMeasurement, LevelSpec, measure_level
-from .metrics import MeasurementPolicy
-from .negotiate import negotiate
+from .measure.client import Target, Workload, run_loop
+from .measure.shards import parse_client_procs, resolve_client_procs
+from .measure.level import LevelMeasurement, LevelSpec, measure_level
+from .measure.metrics import MeasurementPolicy
+from .measure.negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
-from .results import RunRecorder, ServerDoc, mark_abandoned
+from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
 from .records import METRICS, Ceiling
-from .verdict import decides_floor
+from .judge.verdict import decides_floor
 
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sglperf.records import LevelResult, Summary
-from sglperf.rundoc import ConfigDoc, LevelDoc, RunDoc
+from sglperf.record.rundoc import ConfigDoc, LevelDoc, RunDoc
 
 NO_SUMMARY = Summary(None, None, None, None, 0)
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from sglperf import baselines
+from sglperf.record import baselines
 
 from .conftest import assert_suite_passed, user_env
 from .test_faults import ROOT, TAG, assert_clean, sim_processes, suite

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglperf import baselines
-from sglperf.baselines import BaselineError
+from sglperf.record import baselines
+from sglperf.record.baselines import BaselineError
 
 from .rundocs import result, run_doc
 
@@ -194,7 +194,7 @@ def test_each_configs_entries_keep_that_configs_server_args():
 def test_the_h200_run_file_validates_and_holds_real_gpu_telemetry():
     """The run file ci/gpu-proof.sh wrote on the lent H200 (tests/data/gpu): today's parser reads it, and what it
     recorded of the GPU is what the GPU path produces."""
-    from sglperf.rundoc import load_run
+    from sglperf.record.rundoc import load_run
 
     run = load_run(Path(__file__).parent / "data" / "gpu" / "h200-gpu1-llamacpp-run.json")
     fp = run.fingerprint

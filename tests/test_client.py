@@ -8,8 +8,8 @@ import json
 import pytest
 from aiohttp import web
 
-from sglperf.client import LoadGenerator, Target, Workload
-from sglperf.wire import NATIVE, by_name
+from sglperf.measure.client import LoadGenerator, Target, Workload
+from sglperf.measure.wire import NATIVE, by_name
 
 
 def chunk(n, finish=None, *, ids=True, layout="sglang"):
@@ -194,7 +194,7 @@ def test_bad_targets_are_refused_with_a_clear_error():
 def test_events_are_read_however_the_bytes_are_cut_into_reads():
     """The usual read is one whole event; events split across reads, several per read, CRLF line ends, comments
     and other fields must give the same payloads, each stamped at the read that completed it."""
-    from sglperf.stream import _Exchange
+    from sglperf.measure.stream import _Exchange
 
     stream = (b'data: {"a": 1}\n\n: a comment\n\nevent: x\ndata: {"b": 2}\r\n\r\ndata: [DONE]\n\n')
     want = [b'{"a": 1}', b'{"b": 2}', b"[DONE]"]

@@ -7,8 +7,9 @@ import sys
 
 import numpy as np
 
-from sglperf import drift, history
-from sglperf.rundoc import HistoryRecord
+from sglperf.report import drift
+from sglperf.record import history
+from sglperf.record.rundoc import HistoryRecord
 
 
 def records(values, fingerprints):

@@ -2,9 +2,10 @@
 
 import pytest
 
-from sglperf import engines, fingerprint
+from sglperf import engines
+from sglperf.environment import fingerprint
 from sglperf.categories import InfraError
-from sglperf.client import Target
+from sglperf.measure.client import Target
 
 TWO_DP_RANKS = """\
 # TYPE sglang:token_usage gauge

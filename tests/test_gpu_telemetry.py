@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sglperf import gpu
-from sglperf.drift import gpu_changes
-from sglperf.fingerprint import parse_gpu_rows
-from sglperf.plots import level_disturbance
+from sglperf.environment import gpu
+from sglperf.report.drift import gpu_changes
+from sglperf.environment.fingerprint import parse_gpu_rows
+from sglperf.report.plots import level_disturbance
 from sglperf.records import GpuSample, HostSample, LevelResult
-from sglperf.verdict import check_floor
+from sglperf.judge.verdict import check_floor
 from tests.rundocs import result
 
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -130,7 +130,7 @@ def _level(value, ci, g):
 
 
 def test_a_regression_message_names_what_the_gpu_clocks_did():
-    from sglperf.baselines import Entry
+    from sglperf.record.baselines import Entry
 
     g = {"0": dict(samples=10, sm_mhz_mean=1320.0, sm_mhz_min=1200.0, power_w_mean=699.0, power_limit_w=700.0,
                    temp_c_max=60.0, reasons={"SW power cap": 1.0}, foreign=[])}

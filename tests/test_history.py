@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from sglperf import history
+from sglperf.record import history
 
 from .rundocs import result, run_doc
 
@@ -83,7 +83,7 @@ def test_two_processes_appending_at_once_both_land_intact(tmp_path):
 def test_latency_percentiles_and_goodput_go_into_history_and_drift_can_follow_them(tmp_path):
     import dataclasses
 
-    from sglperf import drift
+    from sglperf.report import drift
     from sglperf.records import Summary
 
     path = tmp_path / "h.jsonl"

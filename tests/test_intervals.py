@@ -5,11 +5,11 @@ a degenerate spread is unknown, not zero; a level whose host was busy is INVALID
 import numpy as np
 import pytest
 
-from sglperf import baselines
-from sglperf.host import HostMonitor, disturbance, parse_psi_total
-from sglperf.metrics import MeasurementPolicy, batch_means, level_result
+from sglperf.record import baselines
+from sglperf.environment.host import HostMonitor, disturbance, parse_psi_total
+from sglperf.measure.metrics import MeasurementPolicy, batch_means, level_result
 from sglperf.records import HostSample
-from sglperf.verdict import floor_outcome
+from sglperf.judge.verdict import floor_outcome
 
 from .test_metrics import closed_loop
 

@@ -6,11 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sglperf import baselines
-from sglperf.baselines import Entry
-from sglperf.bench import table
-from sglperf.latency import MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval
-from sglperf.metrics import MeasurementPolicy, goodput, level_result
+from sglperf.record import baselines
+from sglperf.record.baselines import Entry
+from sglperf.cli.bench import table
+from sglperf.judge.latency import MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval
+from sglperf.measure.metrics import MeasurementPolicy, goodput, level_result
 from sglperf.records import RequestRecord
 from sglperf.sim.calibrate import engine_config
 from sglperf.sim.engine import Engine

@@ -6,9 +6,9 @@ import asyncio
 import pytest
 
 from sglperf import engines
-from sglperf.client import Target, Workload
-from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy
+from sglperf.measure.client import Target, Workload
+from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.metrics import MeasurementPolicy
 
 LADDER = [4, 16, 48, 96]
 

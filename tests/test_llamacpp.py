@@ -13,11 +13,12 @@ import time
 import pytest
 import requests
 
-from sglperf import engines, llamacpp
-from sglperf.client import Target, Workload
+from sglperf import engines
+from sglperf.engines import llamacpp_build
+from sglperf.measure.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
-from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy
+from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.metrics import MeasurementPolicy
 
 
 def sha(path) -> str:
@@ -25,31 +26,31 @@ def sha(path) -> str:
 
 
 def test_the_tiny_model_is_deterministic(tmp_path):
-    a = llamacpp.make_model(tmp_path / "a.gguf", shape=(64, 2, 128))
-    b = llamacpp.make_model(tmp_path / "b.gguf", shape=(64, 2, 128))
+    a = llamacpp_build.make_model(tmp_path / "a.gguf", shape=(64, 2, 128))
+    b = llamacpp_build.make_model(tmp_path / "b.gguf", shape=(64, 2, 128))
     assert sha(a) == sha(b)
 
 
 def test_a_missing_compiler_or_cmake_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLPERF_CACHE", str(tmp_path))
-    monkeypatch.setattr(llamacpp.shutil, "which", lambda name: None if name == "cmake" else "/usr/bin/" + name)
-    with pytest.raises(llamacpp.BuildError, match="needs cmake and a C/C\\+\\+ compiler; missing: cmake"):
-        llamacpp.build()
+    monkeypatch.setattr(llamacpp_build.shutil, "which", lambda name: None if name == "cmake" else "/usr/bin/" + name)
+    with pytest.raises(llamacpp_build.BuildError, match="needs cmake and a C/C\\+\\+ compiler; missing: cmake"):
+        llamacpp_build.build()
 
 
 def test_the_tiny_models_bytes_never_change():
     """Baselines were measured on this exact file: the F16 GPU variant must not change how the F32 one is made."""
-    path = llamacpp.model_path()
+    path = llamacpp_build.model_path()
     if not path.exists():
         pytest.skip("the tiny model is not made here (sglperf llamacpp model)")
-    assert sha(path) == sha(llamacpp.make_model(path.parent / "again" / path.name))
+    assert sha(path) == sha(llamacpp_build.make_model(path.parent / "again" / path.name))
 
 
 def test_the_gpu_model_is_f16_and_deterministic(tmp_path):
     from gguf import GGUFReader
 
-    a = llamacpp.make_model(tmp_path / "a.gguf", shape=(64, 2, 128), f16=True)
-    b = llamacpp.make_model(tmp_path / "b.gguf", shape=(64, 2, 128), f16=True)
+    a = llamacpp_build.make_model(tmp_path / "a.gguf", shape=(64, 2, 128), f16=True)
+    b = llamacpp_build.make_model(tmp_path / "b.gguf", shape=(64, 2, 128), f16=True)
     assert sha(a) == sha(b)
     kinds = {t.name: t.tensor_type.name for t in GGUFReader(str(a)).tensors}
     assert kinds["blk.0.ffn_up.weight"] == "F16" and kinds["blk.0.attn_norm.weight"] == "F32"
@@ -57,14 +58,14 @@ def test_the_gpu_model_is_f16_and_deterministic(tmp_path):
 
 def test_a_cuda_build_without_nvcc_or_a_gpu_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLPERF_CACHE", str(tmp_path))
-    monkeypatch.setattr(llamacpp, "_nvcc", lambda: None)
-    with pytest.raises(llamacpp.BuildError, match="--cuda needs the CUDA compiler: nvcc"):
-        llamacpp.build(cuda=True)
-    monkeypatch.setattr(llamacpp, "_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
-    monkeypatch.setattr(llamacpp.shutil, "which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
-    with pytest.raises(llamacpp.BuildError, match="--cuda needs an NVIDIA GPU: nvidia-smi not found"):
-        llamacpp.build(cuda=True)
-    assert llamacpp.server_path(cuda=True) != llamacpp.server_path()  # the two builds are cached apart
+    monkeypatch.setattr(llamacpp_build, "_nvcc", lambda: None)
+    with pytest.raises(llamacpp_build.BuildError, match="--cuda needs the CUDA compiler: nvcc"):
+        llamacpp_build.build(cuda=True)
+    monkeypatch.setattr(llamacpp_build, "_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
+    monkeypatch.setattr(llamacpp_build.shutil, "which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    with pytest.raises(llamacpp_build.BuildError, match="--cuda needs an NVIDIA GPU: nvidia-smi not found"):
+        llamacpp_build.build(cuda=True)
+    assert llamacpp_build.server_path(cuda=True) != llamacpp_build.server_path()  # the two builds are cached apart
 
 
 def test_a_source_tarball_must_hold_a_llama_cpp_tree(tmp_path):
@@ -76,20 +77,20 @@ def test_a_source_tarball_must_hold_a_llama_cpp_tree(tmp_path):
     good = tmp_path / "good.tar.xz"
     with tarfile.open(good, "w:xz") as tf:
         tf.add(tree, arcname="llama.cpp")
-    assert llamacpp.unpack_source(good, tmp_path / "u").name == "llama.cpp"
+    assert llamacpp_build.unpack_source(good, tmp_path / "u").name == "llama.cpp"
     bad = tmp_path / "bad.tar.gz"
     with tarfile.open(bad, "w:gz") as tf:
         tf.add(tree / "CMakeLists.txt", arcname="CMakeLists.txt")
-    with pytest.raises(llamacpp.BuildError, match="no llama.cpp tree"):
-        llamacpp.unpack_source(bad, tmp_path / "v")
+    with pytest.raises(llamacpp_build.BuildError, match="no llama.cpp tree"):
+        llamacpp_build.unpack_source(bad, tmp_path / "v")
     (tmp_path / "junk").write_text("not a tarball")
-    with pytest.raises(llamacpp.BuildError, match="not a readable tarball"):
-        llamacpp.unpack_source(tmp_path / "junk", tmp_path / "w")
+    with pytest.raises(llamacpp_build.BuildError, match="not a readable tarball"):
+        llamacpp_build.unpack_source(tmp_path / "junk", tmp_path / "w")
 
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    binary, model = llamacpp.build(), llamacpp.make_model()
+    binary, model = llamacpp_build.build(), llamacpp_build.make_model()
 
     def start(slots=4):
         return launch(LaunchSpec("llama", [str(binary), "-m", str(model), "--threads", "1", "--metrics", "--no-webui",
@@ -103,7 +104,7 @@ def test_one_word_is_one_token(llama):
     try:
         r = requests.post(srv.url + "/tokenize", json={"content": "w1 w2 w300 w1020"}).json()
         assert len(r["tokens"]) == 4
-        assert all(llamacpp.FIRST_WORD_ID <= t < llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS for t in r["tokens"])
+        assert all(llamacpp_build.FIRST_WORD_ID <= t < llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS for t in r["tokens"])
         props = requests.get(srv.url + "/props").json()
         assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
     finally:
@@ -114,7 +115,7 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
     srv = llama()
     engine = engines.get("llamacpp")
     target = Target.for_engine(srv.url, engine)
-    work = Workload(32, 32, vocab_low=llamacpp.FIRST_WORD_ID, vocab_high=llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS)
+    work = Workload(32, 32, vocab_low=llamacpp_build.FIRST_WORD_ID, vocab_high=llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS)
 
     async def run():
         async def killer():
@@ -148,8 +149,8 @@ def test_bench_against_llama_server_needs_no_flags_and_gets_no_connection_errors
     out_json = tmp_path / "bench.json"
     try:
         p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "1,2,4,8,16",
-                            "--isl", "32", "--osl", "32", "--vocab-range", f"{llamacpp.FIRST_WORD_ID},"
-                            f"{llamacpp.FIRST_WORD_ID + llamacpp.N_WORDS}", "--ci-target", "0.05", "--max-seconds", "6",
+                            "--isl", "32", "--osl", "32", "--vocab-range", f"{llamacpp_build.FIRST_WORD_ID},"
+                            f"{llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS}", "--ci-target", "0.05", "--max-seconds", "6",
                             "--json", str(out_json)], capture_output=True, text=True, timeout=300)
     finally:
         assert not srv.stop().survivors

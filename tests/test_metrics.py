@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sglperf.metrics import (ArrivalLog, MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift,
-                             steady_state_window, summarize, time_average_inflight, token_arrivals)
+from sglperf.measure.metrics import (ArrivalLog, MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift, steady_state_window, summarize, time_average_inflight, token_arrivals)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
 
 

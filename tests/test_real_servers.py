@@ -13,10 +13,10 @@ import pytest
 import requests
 
 from sglperf.launch import LaunchSpec, launch
-from sglperf.level import systematic_failure
+from sglperf.measure.level import systematic_failure
 from sglperf.records import RequestRecord
 from sglperf.records import FULL, Shape
-from sglperf.wire import OPENAI
+from sglperf.measure.wire import OPENAI
 
 from .conftest import user_env
 
@@ -220,8 +220,8 @@ def test_fail_fast_needs_a_systematic_failure_not_one_error():
 
 
 def test_only_what_the_shape_allows_is_sent():
-    from sglperf.client import Workload
-    from sglperf.prompts import Prompt
+    from sglperf.measure.client import Workload
+    from sglperf.measure.prompts import Prompt
 
     w = Workload(4, 8)
     full = OPENAI.body(Prompt(ids=[1, 2, 3, 4]), w, "m", FULL)

@@ -6,7 +6,7 @@ import aiohttp
 from aiohttp import web
 
 from sglperf import engines
-from sglperf.scrape import Scraper
+from sglperf.measure.scrape import Scraper
 
 METRICS = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 3\n"
 

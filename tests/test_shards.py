@@ -6,11 +6,11 @@ import pytest
 
 from sglperf import engines
 from sglperf.categories import UsageError
-from sglperf.client import Target, Workload, run_loop
-from sglperf.level import LevelSpec, measure_level
-from sglperf.metrics import MeasurementPolicy
+from sglperf.measure.client import Target, Workload, run_loop
+from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.metrics import MeasurementPolicy
 from sglperf.records import LevelResult
-from sglperf.shards import parse_client_procs, resolve_client_procs
+from sglperf.measure.shards import parse_client_procs, resolve_client_procs
 
 
 def level(url, c, procs, server_pids=None, **spec):

@@ -64,7 +64,7 @@ def test_a_failure_during_launch_frees_the_gpu_lock(tmp_path):
     lock.release()
 
 
-HASH = ("from sglperf import fingerprint, profiles\n"
+HASH = ("from sglperf import profiles\nfrom sglperf.environment import fingerprint\n"
         "for name, config in (('sim-ci', 'rr24-cds4'), ('cpu-llamacpp', 'p4'), ('glm5-nvfp4-tp8', 'rr1024-cds4')):\n"
         "    p = profiles.load(name)\n"
         "    print(name, fingerprint.args_hash(p.launch_argv(config, resolve=False)), p.launch_argv(config)[0])\n")

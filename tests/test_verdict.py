@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from sglperf.baselines import Entry
+from sglperf.record.baselines import Entry
 from sglperf.records import LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
-from sglperf.verdict import check_ab, check_floor, check_plateau
+from sglperf.judge.verdict import check_ab, check_floor, check_plateau
 
 S = Summary(None, None, None, None, 0)
 

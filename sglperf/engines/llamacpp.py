@@ -39,7 +39,7 @@ class LlamaCpp(Engine):
 
     def prepare(self, argv: list[str]) -> None:
         """Build (CPU or CUDA) and make (tiny F32 or GPU-sized F16) what the launch template names."""
-        from .. import llamacpp as build
+        from . import llamacpp_build as build
 
         try:
             for part in argv:
@@ -50,7 +50,7 @@ class LlamaCpp(Engine):
 
     @staticmethod
     def _path(part: str, make: bool = False) -> str:
-        from .. import llamacpp as build
+        from . import llamacpp_build as build
 
         if part in ("{llama_server}", "{llama_server_cuda}"):
             cuda = part == "{llama_server_cuda}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .categories import UsageError
+from ..categories import UsageError
 
 FORMATS = ("ids", "text", "chat")
 

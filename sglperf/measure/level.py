@@ -14,9 +14,9 @@ from typing import Callable
 
 from .client import ClientMonitor, LoadGenerator, Target, Workload
 from .metrics import ArrivalLog, MeasurementPolicy, level_result
-from .gpu import GpuMonitor
-from .host import HostMonitor
-from .records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
+from ..environment.gpu import GpuMonitor
+from ..environment.host import HostMonitor
+from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
 from .shards import ShardedLoad
 

@@ -19,9 +19,9 @@ import threading
 import time
 import traceback
 
-from .categories import InfraError, UsageError
+from ..categories import InfraError, UsageError
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
-from .records import ClientSample, LevelResult, RequestRecord
+from ..records import ClientSample, LevelResult, RequestRecord
 
 UPDATE_S = 0.25
 START_TIMEOUT_S = 120.0  # a spawned worker imports numpy, aiohttp and sglperf: seconds on a busy host

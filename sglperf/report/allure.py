@@ -17,10 +17,10 @@ import re
 import uuid
 from pathlib import Path
 
-from .categories import Category
-from .fileio import jsonl
-from .records import LevelResult
-from .redact import redact
+from ..categories import Category
+from ..fileio import jsonl
+from ..records import LevelResult
+from ..redact import redact
 
 # Failure categories: the suite's failure messages start with these words (categories.py).
 CATEGORIES = [(c.title, c.prefix) for c in Category]

@@ -21,8 +21,8 @@ import numpy as np
 from orjson import dumps
 
 from .prompts import Prompt, PromptMaker, Tokenizer
-from .records import FULL, ClientSample, RequestRecord, Shape
-from .redact import auth_headers
+from ..records import FULL, ClientSample, RequestRecord, Shape
+from ..redact import auth_headers
 from .stream import StreamClient, StreamError
 from .wire import CHAT, NATIVE, Wire, by_name
 

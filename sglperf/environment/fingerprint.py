@@ -16,7 +16,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from .categories import UsageError
+from ..categories import UsageError
 
 # Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
 PACKAGES = {

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .categories import UsageError
-from .fileio import read_json
-from .records import METRICS, SCHEMA_VERSION, LevelResult
+from ..categories import UsageError
+from ..fileio import read_json
+from ..records import METRICS, SCHEMA_VERSION, LevelResult
 
 
 class RunFileError(UsageError):

@@ -9,11 +9,11 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "llamacpp":
-        from .llamacpp import main as llamacpp_main
+        from ..engines.llamacpp_build import main as llamacpp_main
 
         return llamacpp_main(argv[1:])
     if argv and argv[0] == "sim":  # the simulator parses its own SGLang-style flags
-        from .sim.server import main as sim_main
+        from ..sim.server import main as sim_main
 
         return sim_main(argv[1:])
     parser = argparse.ArgumentParser(prog="sglperf", description="Performance regression suite for LLM serving.")
@@ -26,15 +26,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")
     bench.add_arguments(p)
     p.set_defaults(func=bench.main)
-    from . import allure_html, baseline_cli, drift
+    from ..report import html, drift
+    from . import baseline
 
     p = sub.add_parser("report", help="generate the Allure HTML report offline (pinned npm allure)")
-    allure_html.add_arguments(p)
-    p.set_defaults(func=allure_html.main)
+    html.add_arguments(p)
+    p.set_defaults(func=html.main)
 
     p = sub.add_parser("baseline", help="show, update or calibrate baselines")
-    baseline_cli.add_arguments(p)
-    p.set_defaults(func=baseline_cli.main)
+    baseline.add_arguments(p)
+    p.set_defaults(func=baseline.main)
     p = sub.add_parser("drift", help="change points in the run history, with the environment changes there")
     drift.add_arguments(p)
     p.set_defaults(func=drift.main)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=launch_cmd)
     args = parser.parse_args(argv)
     if args.command == "sim-calibrate":
-        from .sim.calibrate import main as cal_main
+        from ..sim.calibrate import main as cal_main
 
         return cal_main([])
     return args.func(args)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 def launch_cmd(args) -> int:
     import json
 
-    from . import profiles
+    from .. import profiles
 
     try:
         prof = profiles.load(args.profile)

@@ -19,8 +19,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .metrics import token_arrivals  # noqa: E402
-from .records import GpuSample, HostSample, LevelResult, RequestRecord, ServerSample  # noqa: E402
+from ..measure.metrics import token_arrivals  # noqa: E402
+from ..records import GpuSample, HostSample, LevelResult, RequestRecord, ServerSample  # noqa: E402
 
 
 def _png(fig) -> bytes:
@@ -131,7 +131,7 @@ def level_disturbance(t0: float, host: list[HostSample], server: list[ServerSamp
 
 
 def _names(g: GpuSample) -> list[str]:
-    from .gpu import reason_names
+    from ..environment.gpu import reason_names
 
     return [n for n in reason_names(g.reasons or 0) if n != "idle"]
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 import psutil
 
-from .records import HostSample
+from ..records import HostSample
 
 
 def _busy_and_steal() -> tuple[float, float]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .baselines import Entry
-from .categories import INCONCLUSIVE, REGRESSION
-from .gpu import describe as gpu_describe
-from .records import Ceiling, LevelResult
+from ..record.baselines import Entry
+from ..categories import INCONCLUSIVE, REGRESSION
+from ..environment.gpu import describe as gpu_describe
+from ..records import Ceiling, LevelResult
 
 
 @dataclass(frozen=True)

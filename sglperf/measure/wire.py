@@ -12,7 +12,7 @@ import json
 
 from orjson import loads  # SSE chunks: a fifth of json.loads's cost per chunk
 
-from .records import Shape
+from ..records import Shape
 
 
 class Wire:

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .categories import InfraError
+from ..categories import InfraError
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from .records import METRICS
-from .report import CATEGORIES
+from ..records import METRICS
+from .allure import CATEGORIES
 
-ALLURE_DIR = Path(__file__).resolve().parent.parent / "ci" / "allure"
+ALLURE_DIR = Path(__file__).resolve().parents[2] / "ci" / "allure"
 GTAG = re.compile(r"^.*googletagmanager\.com/gtag.*$\n?", re.M)
 
 

@@ -13,9 +13,9 @@ import dataclasses
 
 import requests
 
-from .categories import InfraError, UsageError
+from ..categories import InfraError, UsageError
 from .client import Target, Workload
-from .redact import auth_headers
+from ..redact import auth_headers
 
 PROBE_STREAM = 1_000_000  # its prompts never collide with a level's (streams are level indexes)
 MAX_ROUNDS = 6

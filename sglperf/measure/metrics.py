@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .gpu import summarize as gpu_summary
-from .host import disturbance
-from .records import ClientSample, LevelResult, RequestRecord, ServerSample, Summary
+from ..environment.gpu import summarize as gpu_summary
+from ..environment.host import disturbance
+from ..records import ClientSample, LevelResult, RequestRecord, ServerSample, Summary
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Callable
 
 import psutil
 
-from .records import GpuSample
+from ..records import GpuSample
 
 # NVML's nvmlClocksEventReason* bits (nvml.h); nvidia-smi prints the same mask as clocks_event_reasons.active.
 REASONS = {0x1: "idle", 0x2: "applications clocks setting", 0x4: "SW power cap", 0x8: "HW slowdown",

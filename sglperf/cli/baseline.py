@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import baselines, profiles
-from .records import GATED, LATENCY
-from .rundoc import load_run
+from ..record import baselines
+from .. import profiles
+from ..records import GATED, LATENCY
+from ..record.rundoc import load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

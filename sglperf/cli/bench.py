@@ -12,18 +12,18 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from . import __version__, engines
-from .categories import SglperfError, UsageError
-from .client import Target, Workload, run_loop
-from .shards import parse_client_procs, resolve_client_procs
-from .fileio import atomic_write_json, write_jsonl
-from .interrupts import interrupt_on_sigterm
-from .level import LevelMeasurement, LevelSpec, measure_level
-from .metrics import MeasurementPolicy
-from .negotiate import negotiate
-from .prompts import FORMATS, Tokenizer
-from .records import SCHEMA_VERSION, LevelResult
-from .redact import api_key_from_env, redact
+from .. import __version__, engines
+from ..categories import SglperfError, UsageError
+from ..measure.client import Target, Workload, run_loop
+from ..measure.shards import parse_client_procs, resolve_client_procs
+from ..fileio import atomic_write_json, write_jsonl
+from ..interrupts import interrupt_on_sigterm
+from ..measure.level import LevelMeasurement, LevelSpec, measure_level
+from ..measure.metrics import MeasurementPolicy
+from ..measure.negotiate import negotiate
+from ..measure.prompts import FORMATS, Tokenizer
+from ..records import SCHEMA_VERSION, LevelResult
+from ..redact import api_key_from_env, redact
 
 
 def int_list(text: str) -> list[int]:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .categories import INCONCLUSIVE, LATENCY
-from .metrics import latency_values
-from .records import METRICS, LevelResult, RequestRecord
+from ..categories import INCONCLUSIVE, LATENCY
+from ..measure.metrics import latency_values
+from ..records import METRICS, LevelResult, RequestRecord
 
 QUEUEING = ("ttft_ms", "e2e_ms")  # grow with the queue past the ceiling: not judged there
 

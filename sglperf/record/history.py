@@ -13,9 +13,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .categories import UsageError
-from .fileio import lock_for
-from .records import METRICS, SCHEMA_VERSION
+from ..categories import UsageError
+from ..fileio import lock_for
+from ..records import METRICS, SCHEMA_VERSION
 from .rundoc import HistoryLevel, HistoryRecord, RunDoc, explain
 
 HISTORY_ENV = "SGLPERF_HISTORY"
@@ -51,7 +51,7 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
 
 def append(path: str | Path, record: HistoryRecord) -> None:
     """Locked append of one line; a torn last line left by a killed writer is closed off first."""
-    from .redact import redact
+    from ..redact import redact
 
     path = Path(path)
     line = json.dumps(redact(record.model_dump(mode="json")), separators=(",", ":")) + "\n"

@@ -14,8 +14,8 @@ from typing import Callable
 
 import aiohttp
 
-from .redact import auth_headers
-from .records import ServerSample
+from ..redact import auth_headers
+from ..records import ServerSample
 
 
 class Scraper:

@@ -14,9 +14,9 @@ import argparse
 import sys
 from dataclasses import asdict, dataclass
 
-from . import fingerprint as fp_mod
-from . import history
-from .records import METRICS
+from ..environment import fingerprint as fp_mod
+from ..record import history
+from ..records import METRICS
 
 DEFAULTS = dict(max_pvalue=0.001, min_magnitude=0.02, window_len=60)
 
@@ -189,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
     if not records:
         print("  no run could be read: nothing to judge")
     if args.json_path:
-        from .fileio import atomic_write_json
+        from ..fileio import atomic_write_json
 
         atomic_write_json(args.json_path, {"history": str(path), "metric": args.metric,
                                            "settings": {"max_pvalue": args.pvalue,

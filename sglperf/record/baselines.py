@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .categories import UsageError
-from .fileio import atomic_write_json, lock_for, read_json
-from .records import GATED, METRICS
+from ..categories import UsageError
+from ..fileio import atomic_write_json, lock_for, read_json
+from ..records import GATED, METRICS
 from .rundoc import RunDoc
 
-BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
+BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
 SCHEMA_VERSION = 1
 # What an entry may hold (records.METRICS, gated): throughput floors, and latency ceilings (lower is better)
 Metric = Literal[GATED]

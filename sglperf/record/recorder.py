@@ -14,10 +14,10 @@ import socket
 import uuid
 from pathlib import Path
 
-from . import __version__
-from .fileio import atomic_write_json, write_jsonl
-from .records import LevelResult
-from .redact import redact
+from .. import __version__
+from ..fileio import atomic_write_json, write_jsonl
+from ..records import LevelResult
+from ..redact import redact
 from .rundoc import ABDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run
 
 CI_VARIABLES = ("GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_WORKFLOW")

@@ -1,0 +1,7 @@
+"""`python -m sglperf.cli`: the same as the `sglperf` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
