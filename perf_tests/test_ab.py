@@ -3,9 +3,9 @@ config's cap binds (the seed: +28% at 2048)."""
 
 import pytest
 
-from fixtures.plugin import allure_on, outcome
+from fixtures.plugin import allure_on, outcome, settle
 from sglperf.report import allure as report
-from sglperf.categories import INCONCLUSIVE, INVALID, REGRESSION
+from sglperf.categories import INVALID
 from sglperf.record.recorder import ABDoc
 from sglperf.judge.verdict import check_ab
 
@@ -20,13 +20,12 @@ def test_config_ab(perf_profile, perf_session, request):
         allure.dynamic.title(f"A/B: {prof.ab.tuned if prof.ab else '?'} vs {prof.ab.base if prof.ab else '?'}")
     if prof.ab is None:
         pytest.skip(f"profile {prof.name} declares no [ab] pair")
-    runs = {name: perf_session.runs.get((prof.name, name)) for name in (prof.ab.base, prof.ab.tuned)}
+    runs = {name: perf_session.config_run(prof.name, name) for name in (prof.ab.base, prof.ab.tuned)}
     levels = perf_session.levels(prof)
-    missing = [f"{c} c{lv}" for c in runs for lv in levels
-               if (prof.name, c, lv) not in perf_session.measurements]
+    res = {c: perf_session.results(prof.name, c) for c in runs}
+    missing = [f"{c} c{lv}" for c in runs for lv in levels if lv not in res[c]]
     if missing or not all(runs.values()):
         pytest.skip(f"A/B needs both configs measured in this session; missing: {', '.join(missing) or 'servers'}")
-    res = {c: {lv: perf_session.measurements[(prof.name, c, lv)].result for lv in levels} for c in runs}
     invalid = [f"{c} c{lv}" for c in res for lv, r in res[c].items() if not r.valid]
     if invalid:
         pytest.fail(f"{INVALID}: cannot judge the A/B, invalid levels: {', '.join(invalid)}", pytrace=False)
@@ -43,8 +42,4 @@ def test_config_ab(perf_profile, perf_session, request):
     print("\n".join(v.lines))
     if allure_on(request.config):
         report.attach_text("A/B per level", "\n".join(v.lines + v.problems + v.unsure))
-    if v.outcome == "inconclusive":
-        pytest.fail(f"{INCONCLUSIVE} (A/B): {prof.ab.tuned} vs {prof.ab.base}: this run's intervals cannot decide:\n"
-                    + "\n".join(v.lines) + "\n" + "; ".join(v.unsure), pytrace=False)
-    assert v.passed, f"{REGRESSION} (A/B): {prof.ab.tuned} vs {prof.ab.base}:\n" + "\n".join(
-        v.lines) + "\n" + "; ".join(v.problems)
+    settle([v], where=f"{prof.ab.tuned} vs {prof.ab.base}", against="A/B")

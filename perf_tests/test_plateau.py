@@ -3,9 +3,9 @@
 
 import pytest
 
-from fixtures.plugin import allure_on, evidence_on_failure
+from fixtures.plugin import allure_on, evidence_on_failure, settle
 from sglperf.report import allure as report, plots
-from sglperf.categories import INCONCLUSIVE, INFRA, INVALID, PLATEAU
+from sglperf.categories import INFRA, INVALID
 from sglperf.record.recorder import PlateauDoc
 from sglperf.judge.verdict import check_plateau
 
@@ -24,8 +24,7 @@ def test_kv_plateau(perf_config, perf_session, request):
 
 def attach_curve(run, sess) -> None:
     """Throughput vs concurrency with floors, baseline, whole-run, peak and the ceilings, from this run."""
-    results = {lv: sess.measurements[(run.profile.name, run.name, lv)].result for lv in sess.levels(run.profile)
-               if (run.profile.name, run.name, lv) in sess.measurements}
+    results = sess.results(run.profile.name, run.name)
     if not results:
         return
     floors, base = {}, {}
@@ -63,7 +62,4 @@ def _check(run, perf_session):
         lines=list(v.lines), problems=list(v.problems), ceiling=run.ceiling.__dict__, outcome=v.outcome,
         unsure=list(v.unsure)))
     print(v.message)
-    if v.outcome == "inconclusive":
-        pytest.fail(f"{INCONCLUSIVE}: {run.where}: the plateau cannot be decided from this run's intervals: "
-                    + v.message, pytrace=False)
-    assert v.passed, f"{PLATEAU}: {run.where}: " + v.message + f"\nServer log: {run.log_path}"
+    settle([v], where=run.where, against="plateau", log_path=run.log_path)

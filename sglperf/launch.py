@@ -23,6 +23,7 @@ import psutil
 import requests
 
 from .categories import InfraError
+from .environment import gpu
 from .fileio import atomic_write_json
 from .redact import redact_argv
 
@@ -301,7 +302,7 @@ class Server:
             time.sleep(0.05)
             survivors = _alive(tree)
         t_gpu = time.monotonic()
-        held = wait_for_gpu_release(tree)
+        held = gpu.wait_for_release(tree)
         gpu_s = time.monotonic() - t_gpu if shutil.which("nvidia-smi") else None
         if self._pump is not None:
             self._pump.join(5)
@@ -348,25 +349,6 @@ def _alive(pids: list[int]) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     return sorted(out)
-
-
-def wait_for_gpu_release(pids: list[int], timeout_s: float = 60.0) -> list[int]:
-    """Where GPUs exist, wait until none of `pids` holds GPU memory (driver teardown is asynchronous)."""
-    if not shutil.which("nvidia-smi") or not pids:
-        return []
-    deadline = time.monotonic() + timeout_s
-    holding: list[int] = []
-    while time.monotonic() < deadline:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        holding = [int(x) for x in out.split() if x.strip().isdigit() and int(x) in set(pids)]
-        if not holding:
-            return []
-        time.sleep(1.0)
-    return holding
 
 
 def launch(spec: LaunchSpec) -> Server:

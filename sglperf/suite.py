@@ -9,8 +9,6 @@ lock must be released on every path, which is easiest to see in one place.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +17,10 @@ from filelock import FileLock, Timeout
 
 from .record import baselines, history
 from . import engines, profiles
-from .environment import fingerprint
+from .environment import fingerprint, gpu
 from .report import allure as report
 from . import launch as launcher
-from .categories import INFRA, INVALID, InfraError, Unavailable, UsageError
+from .categories import INFRA, INVALID, InfraError, UsageError
 from .measure.client import Target, Workload, run_loop
 from .measure.shards import parse_client_procs, resolve_client_procs
 from .measure.level import LevelMeasurement, LevelSpec, measure_level
@@ -30,7 +28,8 @@ from .measure.metrics import MeasurementPolicy
 from .measure.negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
-from .records import METRICS, Ceiling
+from .records import Ceiling, LevelResult
+from .judge import verdict
 from .judge.verdict import decides_floor
 
 
@@ -97,28 +96,6 @@ class SuiteOptions:
                        "--client-procs": self.client_procs})
 
 
-def gpu_preflight(hw: profiles.HardwareSection) -> None:
-    """The GPUs a profile needs: absent -> Unavailable (skip with the reason); present but wrong or busy -> fail."""
-    want = f"{hw.gpus} {hw.gpu_kind or 'NVIDIA'} GPU{'s' if hw.gpus != 1 else ''}"
-    if not shutil.which("nvidia-smi"):
-        raise Unavailable(f"no NVIDIA GPU here (nvidia-smi not found): this profile needs {want}; run "
-                          f"`pytest perf_tests -m sim` for the simulator")
-    rows = fingerprint.visible(fingerprint.gpus())
-    if not rows:
-        raise Unavailable(f"nvidia-smi found but it lists no GPU: this profile needs {want}")
-    names = sorted({r["name"] for r in rows})
-    kind = (hw.gpu_kind or "").lower()
-    if len(rows) < hw.gpus or not all(kind in r["name"].lower() for r in rows):
-        raise InfraError(f"this profile needs {want}; this machine shows {len(rows)}: {names}")
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    if out:
-        raise InfraError(f"foreign processes hold GPU memory, measurements would be wrong:\n{out}")
-
-
 @dataclass
 class ConfigRun:
     """One config's server for the session, and what the suite learned of it."""
@@ -164,29 +141,11 @@ class ConfigRun:
                     + f". Server log: {self.log_path}")
         return None
 
-    def server_agreement(self, r) -> tuple[float, str]:
-        """How far the client's sustained tok/s may differ from the server's count over the window, and why.
-        A counter that moves only when requests finish is known to one cohort of completions (running x osl
-        tokens) at each window edge, so its bound is 2 x cohort / tokens counted in the window, where that is
-        larger than the profile's `server_agreement`. On top of either: the scrapes' own timing. A counter read
-        somewhere inside a 100 ms round trip is known at a window edge to +/-50 ms of its rate; on a busy host that
-        alone is 2% of a 5 s window (CI, 2 cores under xdist: ratio 1.022 against +/-2%); likewise the client's token
-        times, late by its event loop's lag."""
-        tol = self.profile.measurement.server_agreement
-        why = f"±{tol:.0%}"
-        if self.engine.counts_at_completion and r.server_output_tps and r.window_s:
-            cohort = min(r.concurrency or 1, self.ceiling.effective if self.ceiling else r.concurrency or 1) * r.osl
-            edge = 2 * cohort / (r.server_output_tps * r.window_s)
-            if edge > tol:
-                tol, why = edge, (f"±{edge:.1%}: the server counts a request's {r.osl} tokens when it finishes, so "
-                                  f"each window edge is uncertain by up to {cohort} tokens ({r.window_s:.0f} s window)")
-        scrapes = r.server_edges_uncertainty_s or 0.0
-        lag = 2 * (r.client_lag_p99_ms or 0.0) / 1e3  # the client's own token times are late by its loop's lag
-        timing = (scrapes + lag) / r.window_s if r.window_s else 0.0
-        if timing >= 0.0005:
-            why += (f" + {timing:.1%} for timing at the window's edges ({scrapes * 1e3:.0f} ms of scrape round trip, "
-                    f"2 x {lag / 2 * 1e3:.0f} ms of client loop lag p99; {r.window_s:.1f} s window)")
-        return tol + timing, why
+    def server_count(self, r) -> "verdict.CountVerdict":
+        """The client's sustained tok/s against the server's own count over the same window."""
+        return verdict.check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
+                                          counts_at_completion=self.engine.counts_at_completion,
+                                          cap=self.ceiling.effective if self.ceiling else None)
 
     def noise_cvs(self, config: str, levels) -> dict[int, float]:
         """Run-to-run CVs the baseline measured for `config`, where it was calibrated."""
@@ -299,7 +258,7 @@ class Suite:
         template = prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), resolve=False)
         if not o.server_url:
             if prof.hardware.gpus:
-                gpu_preflight(prof.hardware)
+                gpu.preflight(prof.hardware.gpus, prof.hardware.gpu_kind)
             engine.prepare(template)
         api_key = api_key_from_env()
         rec = self.recorder(prof)
@@ -408,6 +367,17 @@ class Suite:
                                     f"marked incomplete")
         return meas
 
+    def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
+        return self.measurements.get((profile, config, level))
+
+    def results(self, profile: str, config: str) -> dict[int, LevelResult]:
+        """The config's measured levels so far, by level."""
+        return {lv: m.result for (p, c, lv), m in sorted(self.measurements.items()) if (p, c) == (profile, config)}
+
+    def config_run(self, profile: str, config: str) -> ConfigRun | None:
+        """The config's server, where this session opened it."""
+        return self.runs.get((profile, config))
+
     def baseline(self, run: ConfigRun):
         """(BaselineFile, path), or (None, path) when there is none for this hardware class."""
         explicit = self.opts.baseline_file
@@ -444,43 +414,13 @@ class Suite:
             self.late_problems.append(f"{type(e).__name__}: {e}")
 
     def write_allure_files(self) -> None:
-        """environment.properties, executor.json, categories.json and the numeric perf metrics, for Allure."""
-        d = self.opts.allure_dir
-        d.mkdir(parents=True, exist_ok=True)
-        fps = [rec.doc.fingerprint for rec in self.recorders.values() if rec.doc.fingerprint]
-        if fps:
-            report.write_environment(d, fps[0])
-        report.write_executor(d)
-        report.write_categories(d)
-        entries = []
-        for (pname, cname, level), m in self.measurements.items():
-            r = m.result
-            if not r.valid:
-                continue  # an invalid level is never a data point
-            start, stop = m.extra.get("epoch_ms", (0, 0))
-            for metric in (m for m in METRICS.values() if m.trend):
-                value = metric.read(r)
-                if value is not None:
-                    key = report.metric_key(metric.trend, pname, cname, level)
-                    entries.append({"id": key, "key": key, "value": round(value, 3), "start": start, "stop": stop})
-        report.write_perf_metrics(d, entries)
+        report.write_run_files(self.opts.allure_dir, [rec.doc for rec in self.recorders.values()])
 
     def write_candidate(self, profile_name: str, rec: RunRecorder) -> str:
-        """A reviewed baseline is never overwritten: the candidate goes beside it, with the diff printed."""
         prof = self.profile(profile_name)
-        if not rec.doc.hardware_class:
-            return f"no candidate baseline for {profile_name}: no server was measured"
-        new = baselines.from_run(rec.doc, tolerance=prof.measurement.default_tolerance, isl=prof.workload.isl,
-                                 osl=prof.workload.osl)
-        if not new.configs:
-            return f"no candidate baseline for {profile_name}: no valid level to take it from"
-        explicit = self.opts.baseline_file
-        target = Path(explicit) if explicit else baselines.default_path(profile_name, rec.doc.hardware_class)
-        old = baselines.load(target) if target.exists() else None
-        cand = baselines.merge(old, new)  # the reviewed entries, updated by this run's valid levels
-        path = baselines.save(baselines.candidate_path(target), cand)
-        diff = "\n".join("    " + ln for ln in baselines.diff_lines(old, cand, unchanged=True)) or "    (no change)"
-        return f"candidate baseline: {path}\n  review it, then move it to {target} and commit:\n{diff}"
+        explicit = Path(self.opts.baseline_file) if self.opts.baseline_file else None
+        return baselines.write_candidate(rec.doc, tolerance=prof.measurement.default_tolerance, isl=prof.workload.isl,
+                                         osl=prof.workload.osl, reviewed=explicit)
 
     def summary_lines(self) -> list[str]:
         lines = []

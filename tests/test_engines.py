@@ -3,7 +3,7 @@
 import pytest
 
 from sglperf import engines
-from sglperf.environment import fingerprint
+from sglperf.environment import gpu
 from sglperf.categories import InfraError
 from sglperf.measure.client import Target
 
@@ -75,21 +75,21 @@ def test_connection_policy_and_wire_come_from_the_engine():
 
 
 def test_recorded_nvidia_smi_rows_parse_and_cuda_visible_devices_picks_the_servers_gpus():
-    rows = fingerprint.parse_gpu_rows(H200 + H200.replace("0, ", "1, ", 1))
+    rows = gpu.parse_inventory(H200 + H200.replace("0, ", "1, ", 1))
     assert rows[0]["name"] == "NVIDIA H200" and rows[0]["driver"] == "580.159.04"
     assert rows[0]["power_limit_w"] == "700.00" and rows[0]["max_sm_clock_mhz"] == "1980"
-    assert [r["index"] for r in fingerprint.visible(rows, {"CUDA_VISIBLE_DEVICES": "1"})] == ["1"]
-    assert len(fingerprint.visible(rows, {})) == 2
+    assert [r["index"] for r in gpu.visible(rows, {"CUDA_VISIBLE_DEVICES": "1"})] == ["1"]
+    assert len(gpu.visible(rows, {})) == 2
 
 
 def test_hardware_class_follows_where_the_server_runs():
-    gpu = fingerprint.parse_gpu_rows(H200)
+    rows = gpu.parse_inventory(H200)
     llama = engines.get("llamacpp")
-    assert llama.hardware_class({}, ["llama-server", "-ngl", "99"], gpu) == "1 x NVIDIA H200"
-    assert llama.hardware_class({}, ["llama-server", "--n-gpu-layers=0"], gpu).startswith("cpu:")
+    assert llama.hardware_class({}, ["llama-server", "-ngl", "99"], rows) == "1 x NVIDIA H200"
+    assert llama.hardware_class({}, ["llama-server", "--n-gpu-layers=0"], rows).startswith("cpu:")
     assert llama.hardware_class({}, ["llama-server"], []).startswith("cpu:")
-    assert engines.get("sglang").hardware_class({}, ["sglang", "serve"], gpu * 8) == "8 x NVIDIA H200"
-    assert engines.get("sim").hardware_class({"sglperf_simulator": {"preset": "ci"}}, [], gpu) == "sim:ci"
+    assert engines.get("sglang").hardware_class({}, ["sglang", "serve"], rows * 8) == "8 x NVIDIA H200"
+    assert engines.get("sim").hardware_class({"sglperf_simulator": {"preset": "ci"}}, [], rows) == "sim:ci"
 
 
 def test_detection_names_the_simulator_and_says_when_nothing_is_there(start_sim):

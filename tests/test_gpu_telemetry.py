@@ -11,7 +11,6 @@ import pytest
 
 from sglperf.environment import gpu
 from sglperf.report.drift import gpu_changes
-from sglperf.environment.fingerprint import parse_gpu_rows
 from sglperf.report.plots import level_disturbance
 from sglperf.records import GpuSample, HostSample, LevelResult
 from sglperf.judge.verdict import check_floor
@@ -21,7 +20,7 @@ DATA = Path(__file__).parent / "data" / "gpu"
 
 
 def test_the_h200_line_from_the_issue_parses_into_the_fingerprint():
-    rows = parse_gpu_rows("0, NVIDIA H200, 143771, 580.159.04, 1980, 700.00, Enabled, Disabled\n")
+    rows = gpu.parse_inventory("0, NVIDIA H200, 143771, 580.159.04, 1980, 700.00, Enabled, Disabled\n")
     assert rows == [dict(index="0", name="NVIDIA H200", memory_mib="143771", driver="580.159.04",
                          max_sm_clock_mhz="1980", power_limit_w="700.00", ecc="Enabled", mig="Disabled")]
 

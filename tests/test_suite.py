@@ -90,25 +90,22 @@ def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path
 
 
 def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge_plus_the_scrapes_timing():
-    from types import SimpleNamespace
 
     from sglperf import engines
-    from sglperf.suite import ConfigRun
-    from sglperf.records import Ceiling
+    from sglperf.judge.verdict import server_agreement
 
     from .rundocs import result
 
     r = dataclasses.replace(result(32, value=680.0), osl=32, window_s=13.0, server_output_tps=695.0)
-    run = SimpleNamespace(profile=SimpleNamespace(measurement=SimpleNamespace(server_agreement=0.02)),
-                          engine=engines.get("llamacpp"), ceiling=Ceiling(64, 8, 8, "cap", 64))
-    tol, why = ConfigRun.server_agreement(run, r)
+    tol, why = server_agreement(r, tolerance=0.02, counts_at_completion=engines.get("llamacpp").counts_at_completion,
+                                cap=8)
     assert tol == pytest.approx(2 * 8 * 32 / (695.0 * 13.0)) and "uncertain by up to 256 tokens" in why
-    run.engine = engines.get("sim")  # SGLang's counters move per token: the profile's bound
-    assert ConfigRun.server_agreement(run, r) == (0.02, "±2%")
+    sim = dict(tolerance=0.02, counts_at_completion=engines.get("sim").counts_at_completion, cap=8)
+    assert server_agreement(r, **sim) == (0.02, "±2%")  # SGLang's counters move per token: the profile's bound
 
     # scrapes answered in 240 ms round trips at both edges: the counter is known to +/-120 ms at each
     # ... and a client whose loop ran 10 ms late (p99): its token times at each edge are that late
     slow = dataclasses.replace(r, server_edges_uncertainty_s=0.24, client_lag_p99_ms=10.0)
-    tol, why = ConfigRun.server_agreement(run, slow)
+    tol, why = server_agreement(slow, **sim)
     assert tol == pytest.approx(0.02 + (0.24 + 0.02) / 13.0)
     assert "+ 2.0% for timing at the window's edges (240 ms of scrape round trip, 2 x 10 ms of client loop lag" in why

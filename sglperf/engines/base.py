@@ -179,7 +179,8 @@ class Engine:
 
     def hardware_class(self, info: dict, argv: list[str], gpu_rows: list[dict]) -> str:
         """The class a baseline applies to: the GPUs the server uses (model x count), else the CPU."""
-        from ..environment.fingerprint import cpu_model, gpu_class
+        from ..environment.fingerprint import cpu_model
+        from ..environment.gpu import gpu_class
 
         if gpu_rows and self.uses_gpu(argv):
             return gpu_class(gpu_rows)

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..environment import gpu
 from ..categories import InfraError
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
@@ -57,11 +58,13 @@ def cuda_arch() -> str:
     """The visible GPUs' compute capability as CMake spells it ("9.0" -> "90"); one build serves them all."""
     if not shutil.which("nvidia-smi"):
         raise BuildError("--cuda needs an NVIDIA GPU: nvidia-smi not found")
-    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                         text=True, timeout=30)
-    caps = sorted({x.strip().replace(".", "") for x in out.stdout.split() if x.strip()})
-    if out.returncode != 0 or not caps or not all(c.isdigit() for c in caps):
-        raise BuildError(f"nvidia-smi did not report a compute capability: {(out.stdout + out.stderr).strip()!r}")
+    try:
+        rows = gpu.query("gpu", "compute_cap")
+    except OSError as e:
+        raise BuildError(f"nvidia-smi did not report a compute capability: {e}") from None
+    caps = sorted({r["compute_cap"].replace(".", "") for r in rows})
+    if not caps or not all(c.isdigit() for c in caps):
+        raise BuildError(f"nvidia-smi did not report a compute capability: {rows!r}")
     return ";".join(caps)
 
 

@@ -10,13 +10,11 @@ import hashlib
 import json
 import os
 import platform
-import re
-import shutil
-import subprocess
 import sys
 from importlib import metadata
 
 from ..categories import UsageError
+from . import gpu
 
 # Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
 PACKAGES = {
@@ -28,66 +26,6 @@ PACKAGES = {
     "transformers": ["transformers"],
     "llama_cpp_python": ["llama-cpp-python"],
 }
-GPU_FIELDS = "index,name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current"
-GPU_KEYS = ["index", "name", "memory_mib", "driver", "max_sm_clock_mhz", "power_limit_w", "ecc", "mig"]
-EDITION = re.compile(r"\s+(Server|Workstation|Max-Q Workstation)\s+Edition$", re.I)
-
-
-def gpu_model(name: str) -> str:
-    """'NVIDIA RTX PRO 6000 Blackwell Server Edition' -> 'NVIDIA RTX PRO 6000 Blackwell'."""
-    return EDITION.sub("", name.strip())
-
-
-def gpus() -> list[dict]:
-    """One dict per visible GPU (nvidia-smi), or [] where there is none."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_FIELDS}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    return parse_gpu_rows(out.stdout)
-
-
-def parse_gpu_rows(text: str) -> list[dict]:
-    """nvidia-smi --query-gpu=GPU_FIELDS --format=csv,noheader,nounits, one dict per GPU."""
-    rows = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == len(GPU_KEYS):
-            rows.append(dict(zip(GPU_KEYS, parts)))
-    return rows
-
-
-def visible(rows: list[dict], env: dict | None = None) -> list[dict]:
-    """The GPUs a process started with `env` sees: CUDA_VISIBLE_DEVICES (indices or UUID prefixes) filters them."""
-    env = os.environ if env is None else env
-    spec = env.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return rows
-    wanted = [x.strip() for x in spec.split(",") if x.strip()]
-    return [r for r in rows if r.get("index") in wanted]
-
-
-def gpu_class(rows: list[dict]) -> str:
-    names = {gpu_model(g["name"]) for g in rows}
-    return f"{len(rows)} x {' + '.join(sorted(names))}"
-
-
-def cuda_version() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r"CUDA Version:\s*([\d.]+)", out)
-    return m.group(1) if m else None
-
-
 def os_name() -> str:
     try:
         for line in open("/etc/os-release"):
@@ -161,7 +99,7 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
             server_env: dict | None = None, overrides: dict | None = None) -> dict:
     """The run's fingerprint. `engine` is the adapter (it says which hardware the server runs on); `argv_template`
     is the launch command as the profile writes it (hashed); `server_env` is what the server was started with."""
-    rows = visible(gpus(), {**os.environ, **(server_env or {})})
+    rows = gpu.visible(gpu.inventory(), {**os.environ, **(server_env or {})})
     first = rows[0] if rows else {}
     info = server_info or {}
     fp = {
@@ -172,7 +110,7 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         "gpu_name": first.get("name"), "gpu_count": len(rows), "gpu_memory_mib": first.get("memory_mib"),
         "gpu_max_sm_clock_mhz": first.get("max_sm_clock_mhz"), "gpu_power_limit_w": first.get("power_limit_w"),
         "gpu_ecc": first.get("ecc"), "gpu_mig": first.get("mig"),
-        "driver": first.get("driver"), "cuda": cuda_version() if rows else None,
+        "driver": first.get("driver"), "cuda": gpu.cuda_version() if rows else None,
         "kernel": platform.release(), "os": os_name(), "python": platform.python_version(),
         "cpu": cpu_model(), "cpu_count": os.cpu_count(),
         **package_versions(),

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
+import time
 from typing import Callable
 
 import psutil
 
+from ..categories import InfraError, Unavailable
 from ..records import GpuSample
 
 # NVML's nvmlClocksEventReason* bits (nvml.h); nvidia-smi prints the same mask as clocks_event_reasons.active.
@@ -55,16 +58,43 @@ def _mask(x: str) -> int | None:
         return None
 
 
-def parse_smi(text: str) -> list[dict]:
-    """`nvidia-smi --query-gpu=SMI_FIELDS --format=csv,noheader,nounits`, one dict per GPU."""
-    keys = SMI_FIELDS.split(",")
+def smi(*args: str, timeout: float = 30.0) -> str:
+    """The one way nvidia-smi is run here; OSError (with its words) where it is missing, fails or hangs."""
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"nvidia-smi {' '.join(args)}: no answer within {timeout:g} s") from None
+    if out.returncode != 0:
+        raise OSError(out.stdout.strip() or out.stderr.strip() or f"nvidia-smi exited {out.returncode}")
+    return out.stdout
+
+
+def parse_query(text: str, fields: str) -> list[dict[str, str]]:
+    """`nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits` (or --query-compute-apps): one dict per row,
+    keyed by field; a row of another width is skipped."""
+    keys = fields.split(",")
     rows = []
     for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(keys):
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == len(keys):
+            rows.append(dict(zip(keys, parts)))
+    return rows
+
+
+def query(what: str, fields: str) -> list[dict[str, str]]:
+    """`what` is "gpu" or "compute-apps"."""
+    return parse_query(smi(f"--query-{what}={fields}", "--format=csv,noheader,nounits"), fields)
+
+
+def parse_smi(text: str) -> list[dict]:
+    """Telemetry rows (SMI_FIELDS), numbers as numbers."""
+    rows = []
+    for d in parse_query(text, SMI_FIELDS):
+        try:
+            index = int(d["index"])
+        except ValueError:
             continue
-        d = dict(zip(keys, parts))
-        rows.append(dict(index=int(d["index"]), uuid=d["uuid"], sm_mhz=_num(d["clocks.sm"]),
+        rows.append(dict(index=index, uuid=d["uuid"], sm_mhz=_num(d["clocks.sm"]),
                          mem_mhz=_num(d["clocks.mem"]), power_w=_num(d["power.draw"]),
                          power_limit_w=_num(d["enforced.power.limit"]) or _num(d["power.limit"]),
                          temp_c=_num(d["temperature.gpu"]), util_pct=_num(d["utilization.gpu"]),
@@ -73,37 +103,120 @@ def parse_smi(text: str) -> list[dict]:
 
 
 def parse_apps(text: str) -> list[tuple[str, int, str, float | None]]:
-    """`nvidia-smi --query-compute-apps=APPS_FIELDS --format=csv,noheader,nounits`: (gpu uuid, pid, name, MiB)."""
-    out = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4 and parts[1].isdigit():
-            out.append((parts[0], int(parts[1]), parts[2], _num(parts[3])))
-    return out
+    """`--query-compute-apps=APPS_FIELDS`: (gpu uuid, pid, name, MiB)."""
+    return [(d["gpu_uuid"], int(d["pid"]), d["process_name"], _num(d["used_memory"]))
+            for d in parse_query(text, APPS_FIELDS) if d["pid"].isdigit()]
 
 
+# --------------------------------------------------------------------------- what is there (fingerprint, preflight)
+INVENTORY_FIELDS = "index,name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current"
+INVENTORY_KEYS = ["index", "name", "memory_mib", "driver", "max_sm_clock_mhz", "power_limit_w", "ecc", "mig"]
+EDITION = re.compile(r"\s+(Server|Workstation|Max-Q Workstation)\s+Edition$", re.I)
+
+
+def parse_inventory(text: str) -> list[dict]:
+    """The fingerprint's GPU rows: INVENTORY_FIELDS under the fingerprint's names."""
+    return [dict(zip(INVENTORY_KEYS, d.values())) for d in parse_query(text, INVENTORY_FIELDS)]
+
+
+def inventory() -> list[dict]:
+    """One row per GPU, or [] where there is none (or nvidia-smi does not answer)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        return parse_inventory(smi(f"--query-gpu={INVENTORY_FIELDS}", "--format=csv,noheader,nounits"))
+    except OSError:
+        return []
+
+
+def visible(rows: list[dict], env: dict | None = None) -> list[dict]:
+    """The GPUs a process started with `env` sees: CUDA_VISIBLE_DEVICES (indices) filters them."""
+    env = os.environ if env is None else env
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return rows
+    wanted = [x.strip() for x in spec.split(",") if x.strip()]
+    return [r for r in rows if r.get("index") in wanted]
+
+
+def gpu_model(name: str) -> str:
+    """'NVIDIA RTX PRO 6000 Blackwell Server Edition' -> 'NVIDIA RTX PRO 6000 Blackwell'."""
+    return EDITION.sub("", name.strip())
+
+
+def gpu_class(rows: list[dict]) -> str:
+    names = {gpu_model(g["name"]) for g in rows}
+    return f"{len(rows)} x {' + '.join(sorted(names))}"
+
+
+def cuda_version() -> str | None:
+    try:
+        m = re.search(r"CUDA Version:\s*([\d.]+)", smi()) if shutil.which("nvidia-smi") else None
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def compute_apps() -> list[tuple[str, int, str, float | None]]:
+    """Every compute process on this host's GPUs: (gpu uuid, pid, name, MiB); [] where nvidia-smi does not say."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        return parse_apps(smi(f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits", timeout=10))
+    except OSError:
+        return []
+
+
+def preflight(count: int, kind: str | None) -> None:
+    """The GPUs a profile needs: absent -> Unavailable (skip with the reason); present but wrong or busy -> fail."""
+    want = f"{count} {kind or 'NVIDIA'} GPU{'s' if count != 1 else ''}"
+    if not shutil.which("nvidia-smi"):
+        raise Unavailable(f"no NVIDIA GPU here (nvidia-smi not found): this profile needs {want}; run "
+                          f"`pytest perf_tests -m sim` for the simulator")
+    rows = visible(inventory())
+    if not rows:
+        raise Unavailable(f"nvidia-smi found but it lists no GPU: this profile needs {want}")
+    names = sorted({r["name"] for r in rows})
+    if len(rows) < count or not all((kind or "").lower() in r["name"].lower() for r in rows):
+        raise InfraError(f"this profile needs {want}; this machine shows {len(rows)}: {names}")
+    apps = compute_apps()
+    if apps:
+        raise InfraError("foreign processes hold GPU memory, measurements would be wrong:\n" + "\n".join(
+            f"pid {pid} {name} {'' if mib is None else f'{mib:.0f} MiB'}" for _, pid, name, mib in apps))
+
+
+def wait_for_release(pids: list[int], timeout_s: float = 60.0) -> list[int]:
+    """Where GPUs exist, wait until none of `pids` holds GPU memory (driver teardown is asynchronous); the pids
+    still holding it when the wait gives up."""
+    if not shutil.which("nvidia-smi") or not pids:
+        return []
+    deadline = time.monotonic() + timeout_s
+    holding: list[int] = []
+    while time.monotonic() < deadline:
+        holding = sorted({pid for _, pid, _, _ in compute_apps()} & set(pids))
+        if not holding:
+            return []
+        time.sleep(1.0)
+    return holding
+
+
+# --------------------------------------------------------------------------- telemetry sources
 class SmiSource:
     name = "nvidia-smi"
 
     def __init__(self):
         self.fields = SMI_FIELDS
 
-    def _query(self, *args: str) -> str:
-        out = subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10)
-        if out.returncode != 0:
-            raise OSError(out.stdout.strip() or out.stderr.strip())
-        return out.stdout
-
     def read(self) -> tuple[list[dict], list[tuple[str, int, str, float | None]]]:
         try:
-            text = self._query(f"--query-gpu={self.fields}")
+            text = smi(f"--query-gpu={self.fields}", "--format=csv,noheader,nounits", timeout=10)
         except OSError:
             if self.fields != SMI_FIELDS:
                 raise
             self.fields = SMI_FIELDS.replace("clocks_event_reasons.active", OLD_REASONS_FIELD)
-            text = self._query(f"--query-gpu={self.fields}")
-        return parse_smi(text), parse_apps(self._query(f"--query-compute-apps={APPS_FIELDS}"))
+            text = smi(f"--query-gpu={self.fields}", "--format=csv,noheader,nounits", timeout=10)
+        return parse_smi(text), parse_apps(smi(f"--query-compute-apps={APPS_FIELDS}", "--format=csv,noheader,nounits",
+                                               timeout=10))
 
 
 class NvmlSource:

@@ -93,6 +93,9 @@ class LatencyVerdict:
     n: int
     message: str
 
+    def failure(self, where: str = "") -> str:
+        return self.message
+
 
 def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where: str, baseline_source: str,
                   past_kv_ceiling: bool = False, env_diff: str = "") -> LatencyVerdict:

@@ -161,6 +161,23 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
                         isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out)
 
 
+def write_candidate(run: RunDoc, *, tolerance: float, isl: int, osl: int, reviewed: Path | None = None) -> str:
+    """A candidate beside the reviewed file (baselines/<profile>/<class>.json, or `reviewed`): its entries updated by
+    the run's valid levels, so moving it onto the reviewed file drops no floor. Never overwrites; returns what was
+    done, with the diff, in words."""
+    if not run.hardware_class:
+        return f"no candidate baseline for {run.profile}: no server was measured"
+    new = from_run(run, tolerance=tolerance, isl=isl, osl=osl)
+    if not new.configs:
+        return f"no candidate baseline for {run.profile}: no valid level to take it from"
+    target = reviewed or default_path(run.profile, run.hardware_class)
+    old = load(target) if target.exists() else None
+    cand = merge(old, new)
+    path = save(candidate_path(target), cand)
+    diff = "\n".join("    " + ln for ln in diff_lines(old, cand, unchanged=True)) or "    (no change)"
+    return f"candidate baseline: {path}\n  review it, then move it to {target} and commit:\n{diff}"
+
+
 def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = False) -> list[str]:
     """What `new` adds (+), changes (~) and drops (-) against `old`; with `unchanged`, a count of what it keeps."""
     lines, same = [], 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..categories import Category
 from ..fileio import jsonl
-from ..records import LevelResult
+from ..records import METRICS, LevelResult
 from ..redact import redact
 
 # Failure categories: the suite's failure messages start with these words (categories.py).
@@ -155,6 +155,36 @@ def write_categories(d: Path) -> None:
     cats = [{"name": name, "messageRegex": f"(?s).*{prefix}.*", "matchedStatuses": ["failed", "broken"]}
             for name, prefix in CATEGORIES]
     (d / "categories.json").write_text(json.dumps(cats, indent=2))
+
+
+def write_run_files(d: Path, docs: list) -> None:
+    """environment.properties (from the first fingerprint), executor.json, categories.json and the numeric perf
+    metrics of every valid level of the run documents `docs`."""
+    d.mkdir(parents=True, exist_ok=True)
+    fps = [doc.fingerprint for doc in docs if doc.fingerprint]
+    if fps:
+        write_environment(d, fps[0])
+    write_executor(d)
+    write_categories(d)
+    write_perf_metrics(d, perf_entries(docs))
+
+
+def perf_entries(docs: list) -> list[dict]:
+    """One Allure metric per (profile, config, level, metric with a trend); an invalid level is never a data point."""
+    entries = []
+    for doc in docs:
+        for cname, c in doc.configs.items():
+            for lv, r in c.levels.items():
+                if not r.valid:
+                    continue
+                start, stop = r.epoch_ms or (0, 0)
+                for metric in (m for m in METRICS.values() if m.trend):
+                    value = metric.read(r)
+                    if value is not None:
+                        key = metric_key(metric.trend, doc.profile, cname, int(lv))
+                        entries.append({"id": key, "key": key, "value": round(value, 3), "start": start,
+                                        "stop": stop})
+    return entries
 
 
 def write_perf_metrics(d: Path, entries: list[dict]) -> Path | None:
