@@ -9,7 +9,6 @@ lock must be released on every path, which is easiest to see in one place.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from .environment import fingerprint, gpu
 from .report import allure as report
 from . import launch as launcher
 from .categories import INFRA, INVALID, InfraError, UsageError
-from .measure.client import Target, Workload, run_loop
+from .measure.client import Target, Workload
 from .measure.shards import parse_client_procs, resolve_client_procs
-from .measure.level import LevelMeasurement, LevelSpec, measure_level
+from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from .measure.metrics import MeasurementPolicy
 from .measure.negotiate import negotiate
 from .redact import api_key_from_env, redact, redact_argv
@@ -337,27 +336,23 @@ class Suite:
         dead = run.server.crash_reason()
         if dead:
             raise InfraError(dead)
-        run.engine.flush(run.server.url, run.target.api_key)
         m = run.profile.measurement
         spec = LevelSpec(concurrency=level, max_seconds=self.opts.level_max_seconds or m.level_max_seconds,
-                         min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s)
+                         min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s,
+                         request_timeout_s=m.request_timeout_s)
         bf, _ = self.baseline(run)
         entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
-        started = time.time()
         try:
-            meas = run_loop(measure_level(run.target, run.workload, spec, self.policy(run.profile),
-                                             engine=run.engine, stream_id=level, request_timeout=m.request_timeout_s,
-                                             server_check=run.server.crash_reason, server_pids=run.server.tree_pids,
-                                             gpus=run.fingerprint.get("gpu_indices") or None,
-                                             decided=decides_floor(entry.floor) if entry else None,
-                                             client_procs=procs))
+            meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
+                             watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,
+                                               run.fingerprint.get("gpu_indices") or None),
+                             decided=decides_floor(entry.floor) if entry else None, client_procs=procs)
         except KeyboardInterrupt:
             self.interrupted = True
             raise
-        meas.extra["epoch_ms"] = (int(started * 1000), int(time.time() * 1000))
         self.measurements[key] = meas
         self.recorder(run.profile).add_level(run.name, level, meas.result, meas.records, meas.server_samples,
                                              meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])

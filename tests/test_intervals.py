@@ -35,7 +35,7 @@ def test_identical_batches_give_an_unknown_interval_not_zero():
 
 
 def test_a_precision_miss_is_a_warning_and_the_level_stays_valid():
-    res = level_result(closed_loop(4, 1.0, 40.0, tokens=10), target=4, rate=None, isl=100, osl=10,
+    res = level_result(closed_loop(4, 1.0, 40.0, tokens=10), concurrency=4, rate=None, isl=100, osl=10,
                        policy=MeasurementPolicy(ci_target=0.00001))
     assert res.valid, res.invalid_reasons
     assert any("wider than the target" in w for w in res.warnings)

@@ -70,7 +70,7 @@ def test_the_ceiling_is_decided_by_the_interval():
 
 def test_a_slower_ttft_is_a_latency_regression_naming_it_and_a_queue_past_the_kv_ceiling_is_not():
     recs = closed_loop(8, 1.0, 60.0, tokens=16, ttft=0.3)
-    r = level_result(recs, target=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    r = level_result(recs, concurrency=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
     v = check_ceiling(recs, r, entry("ttft_p50_ms", 200.0), where="sim-ci/a c8", baseline_source="b.json")
     assert v.outcome == "regression" and v.message.startswith("LATENCY REGRESSION: sim-ci/a c8: ttft_p50_ms 300.0")
     assert "ceiling 240.0 = baseline 200.0 x (1 + 20.0%)" in v.message
@@ -93,7 +93,7 @@ def test_a_bimodal_ttft_hides_a_slower_prefill_from_its_median_but_not_from_its_
     base, slow = ttfts(0.70, 10.0, 20.0), ttfts(0.55, 10.5, 21.0)
     for metric, value in (("ttft_p50_ms", float(np.median(base))), ("ttft_mean_ms", float(np.mean(base)))):
         recs = [rec(i, i * 1.0, t / 1e3, 0.008) for i, t in enumerate(slow)]
-        r = level_result(recs, target=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+        r = level_result(recs, concurrency=8, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
         v = check_ceiling(recs, r, entry(metric, value, tol=0.10), where="sim-ci/a c8", baseline_source="b.json")
         if metric == "ttft_p50_ms":
             assert v.outcome in ("pass", "inconclusive"), v.message  # +5%, its interval reaching the other mode
@@ -107,7 +107,7 @@ def test_a_mean_needs_30_requests_before_it_has_an_interval():
     est, lo, hi = mean_interval(np.arange(float(MIN_FOR_MEAN)))
     assert lo < est < hi
     recs = closed_loop(2, 1.0, 10.0, tokens=16, ttft=0.1)
-    r = level_result(recs, target=2, rate=None, isl=32, osl=16, policy=MeasurementPolicy(min_batches=2))
+    r = level_result(recs, concurrency=2, rate=None, isl=32, osl=16, policy=MeasurementPolicy(min_batches=2))
     v = check_ceiling(recs, r, entry("ttft_mean_ms", 200.0), where="x", baseline_source="b")
     assert v.outcome == "inconclusive" and "too few for an upper end of the mean interval (it needs 30)" in v.message
 
@@ -121,7 +121,7 @@ def test_the_mean_interval_covers_the_true_mean_of_a_skewed_latency_95_percent_o
 
 def test_too_few_requests_for_a_p99_is_inconclusive_and_says_how_many_it_needs():
     recs = closed_loop(4, 1.0, 30.0, tokens=16, ttft=0.1)
-    r = level_result(recs, target=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    r = level_result(recs, concurrency=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
     v = check_ceiling(recs, r, entry("ttft_p99_ms", 200.0), where="x", baseline_source="b")
     assert v.outcome == "inconclusive" and "(it needs 368)" in v.message
 
@@ -168,12 +168,12 @@ def test_goodput_counts_only_requests_that_met_the_slo():
 
 def test_bench_shows_goodput_when_an_slo_is_given():
     recs = closed_loop(4, 1.0, 30.0, tokens=16, ttft=0.1)
-    with_slo = level_result(recs, target=4, rate=None, isl=32, osl=16,
+    with_slo = level_result(recs, concurrency=4, rate=None, isl=32, osl=16,
                             policy=MeasurementPolicy(slo_ttft_ms=500, slo_tpot_ms=100))
     assert with_slo.slo_met_share == 1.0 and with_slo.goodput_tps == pytest.approx(with_slo.sustained_output_tps,
                                                                                    rel=0.1)
     assert "goodput tok/s (met)" in table([with_slo]) and "(100%)" in table([with_slo])
-    plain = level_result(recs, target=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
+    plain = level_result(recs, concurrency=4, rate=None, isl=32, osl=16, policy=MeasurementPolicy())
     assert "goodput" not in table([plain])
 
 

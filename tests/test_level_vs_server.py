@@ -26,8 +26,7 @@ def ladder(tmp_path_factory):
             out = []
             for i, c in enumerate(LADDER):
                 m = await measure_level(Target(srv.url), Workload(32, 32, seed=i), LevelSpec(concurrency=c,
-                                        max_seconds=40), MeasurementPolicy(ci_target=0.02), engine=engines.get("sim"),
-                                        stream_id=i)
+                                        max_seconds=40), MeasurementPolicy(ci_target=0.02), engine=engines.get("sim"))
                 out.append(m)
             return out
 

@@ -17,7 +17,7 @@ from sglperf import engines
 from sglperf.engines import llamacpp_build
 from sglperf.measure.client import Target, Workload
 from sglperf.launch import LaunchSpec, launch
-from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.level import LevelSpec, ServerWatch, measure_level
 from sglperf.measure.metrics import MeasurementPolicy
 
 
@@ -124,7 +124,7 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
 
         k = asyncio.create_task(killer())
         m = await measure_level(target, work, LevelSpec(concurrency=8, max_seconds=60),
-                                MeasurementPolicy(ci_target=0.0001), engine=engine, server_check=srv.crash_reason)
+                                MeasurementPolicy(ci_target=0.0001), engine=engine, watch=ServerWatch(crash=srv.crash_reason))
         await k
         return m
 

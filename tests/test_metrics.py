@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sglperf.measure.metrics import (ArrivalLog, MeasurementPolicy, batch_means, level_result, peak_bucket, regime_shift, steady_state_window, summarize, time_average_inflight, token_arrivals)
+from sglperf.measure.metrics import (ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, batch_means, level_result,
+                                    peak_bucket, regime_shift, steady_state_window, summarize,
+                                    time_average_inflight, token_arrivals)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
 
 
@@ -108,7 +110,7 @@ def test_achieved_concurrency_is_the_time_average_in_flight():
 
 def test_level_result_on_a_steady_closed_loop():
     recs = closed_loop(4, 1.0, 40.0, tokens=10)
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
     assert res.valid, res.invalid_reasons
     # 4 streams, 10 tokens per ~1.001 s each; tokens sit in the last 90% of each request
     assert res.sustained_output_tps == pytest.approx(40 / 1.001, rel=0.02)
@@ -126,7 +128,7 @@ def test_every_error_kind_fails_the_level_and_is_never_counted(kind):
     bad = recs[50]
     recs[50] = RequestRecord(bad.index, bad.send_time, bad.end_time, 100, 10, bad.chunk_times, bad.chunk_tokens,
                              error=kind, error_detail="synthetic")
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
     assert not res.valid
     assert res.errors == {kind: 1}
     assert any(kind in r for r in res.invalid_reasons)
@@ -137,20 +139,20 @@ def test_cancelled_requests_are_neither_errors_nor_completions():
     recs = closed_loop(4, 1.0, 40.0)
     last = recs[-1]
     recs[-1] = RequestRecord(last.index, last.send_time, last.end_time, 100, 10, cancelled=True)
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05))
     assert res.errors == {} and res.cancelled == 1 and res.completed == len(recs) - 1
 
 
 def test_window_cap_keeps_the_drain_out_of_the_window():
     recs = closed_loop(4, 1.0, 40.0)
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       window_cap=20.0)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       end=LevelEnd(window_cap=20.0))
     assert res.window_end == pytest.approx(20.0)
 
 
 def test_invalid_when_the_window_is_too_short_or_the_ci_too_wide():
     recs = closed_loop(4, 1.0, 4.0)
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
     assert not res.valid and any("shorter than 5 request lifetimes" in r for r in res.invalid_reasons)
 
 
@@ -159,8 +161,8 @@ def test_client_bound_levels_are_invalid():
 
     recs = closed_loop(4, 1.0, 40.0)
     samples = [ClientSample(t, cpu_s=0.95 * t, loop_lag_s=0.2) for t in np.arange(0, 40, 0.05)]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       client_samples=samples)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(client=samples))
     assert not res.valid
     assert any("event-loop lag" in r for r in res.invalid_reasons)
     assert any("client CPU" in r for r in res.invalid_reasons)
@@ -171,8 +173,8 @@ def test_server_view_interpolates_counters_at_the_window_edges():
     # a server whose decode counter grows at 36 tok/s and first tokens at 4 per second
     samples = [ServerSample(t, decode_tokens_total=36 * t, first_tokens_total=4 * t, running=4, queued=0,
                             token_usage=0.5) for t in np.arange(0, 41, 0.7)]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       server_samples=samples)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(server=samples))
     assert res.server_output_tps == pytest.approx(40.0)
     assert res.server_mean_running == 4 and res.server_mean_token_usage == 0.5
 
@@ -185,15 +187,15 @@ def test_running_is_read_per_decode_step_where_the_engine_counts_busy_slots():
     busy = lambda t: 32 * 30 * t - (16 * 30 * min(max(t - 20, 0), 1))  # noqa: E731
     samples = [ServerSample(t, output_tokens_total=40 * t, running=1, decode_steps_total=30 * t,
                             busy_slot_steps_total=busy(t)) for t in np.arange(0, 41, 0.5)]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       server_samples=samples)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(server=samples))
     span = res.window_end - res.window_start
     assert res.server_mean_running == pytest.approx(32 - 16 / span, rel=1e-6)
     assert res.server_max_running == pytest.approx(32)
     assert res.server_running_source == "per decode step"
     snap = [dataclasses.replace(x, decode_steps_total=None, busy_slot_steps_total=None) for x in samples]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       server_samples=snap)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(server=snap))
     assert (res.server_max_running, res.server_running_source) == (1, "snapshots")
 
 
@@ -204,8 +206,8 @@ def test_slow_scrapes_at_the_window_edges_are_counted_as_timing_uncertainty():
     samples = [ServerSample(t, decode_tokens_total=36 * t, first_tokens_total=4 * t,
                             time_uncertainty_s=0.12 if i in slow else 0.01)
                for i, t in enumerate(np.arange(0, 41, 0.7))]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
-                       server_samples=samples)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(server=samples))
     s, e = res.window_start, res.window_end
     bracketing = [max(u for t, u in ((x.time, x.time_uncertainty_s) for x in samples) if abs(t - edge) < 0.7)
                   for edge in (s, e)]
@@ -218,8 +220,8 @@ def test_lag_that_only_blurs_timestamps_is_a_warning_not_invalid():
 
     recs = closed_loop(4, 10.0, 400.0, tokens=100)  # 10 s requests, ~90 ms between tokens
     samples = [ClientSample(t, cpu_s=0.2 * t, loop_lag_s=0.06) for t in np.arange(0, 400, 0.05)]
-    res = level_result(recs, target=4, rate=None, isl=100, osl=100, policy=MeasurementPolicy(ci_target=0.05),
-                       client_samples=samples)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=100, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(client=samples))
     assert res.valid, res.invalid_reasons
     assert any("blurred" in w for w in res.warnings)
 

@@ -7,7 +7,7 @@ import pytest
 from sglperf import engines
 from sglperf.categories import UsageError
 from sglperf.measure.client import Target, Workload, run_loop
-from sglperf.measure.level import LevelSpec, measure_level
+from sglperf.measure.level import LevelSpec, ServerWatch, measure_level
 from sglperf.measure.metrics import MeasurementPolicy
 from sglperf.records import LevelResult
 from sglperf.measure.shards import parse_client_procs, resolve_client_procs
@@ -16,7 +16,7 @@ from sglperf.measure.shards import parse_client_procs, resolve_client_procs
 def level(url, c, procs, server_pids=None, **spec):
     return run_loop(measure_level(Target(url), Workload(32, 32), LevelSpec(concurrency=c, **spec),
                                   MeasurementPolicy(ci_target=0.01), engine=engines.get("sim"), client_procs=procs,
-                                  server_pids=server_pids))
+                                  watch=ServerWatch(pids=server_pids or (lambda: []))))
 
 
 def agrees_with_server(r: LevelResult) -> bool:

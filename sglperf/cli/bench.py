@@ -6,7 +6,6 @@ Why a separate command: engineers tune by hand between suite runs; the same clie
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import datetime as dt
 import sys
@@ -14,11 +13,11 @@ from pathlib import Path
 
 from .. import __version__, engines
 from ..categories import SglperfError, UsageError
-from ..measure.client import Target, Workload, run_loop
+from ..measure.client import Target, Workload
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..fileio import atomic_write_json, write_jsonl
 from ..interrupts import interrupt_on_sigterm
-from ..measure.level import LevelMeasurement, LevelSpec, measure_level
+from ..measure.level import LevelMeasurement, LevelSpec, run_level
 from ..measure.metrics import MeasurementPolicy
 from ..measure.negotiate import negotiate
 from ..measure.prompts import FORMATS, Tokenizer
@@ -125,7 +124,7 @@ def table(results: list[LevelResult]) -> str:
     return "\n".join(rows)
 
 
-async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) -> None:
+def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) -> None:
     """Measure every level into `out` (so an interrupt keeps the finished ones); `ctx` gets what was learned."""
     key = api_key_from_env()
     url = engines.check_url(args.url, "--url")
@@ -133,15 +132,15 @@ async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) 
     workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
                         prompt_format=args.prompt_format,
                         tokenizer=Tokenizer(args.tokenizer) if args.tokenizer else None)
-    engine = engines.get(args.engine) if args.engine else await asyncio.to_thread(engines.detect, url, key)
+    engine = engines.get(args.engine) if args.engine else engines.detect(url, key)
     ctx["engine"] = engine.describe() | {"detected": args.engine is None}
-    await asyncio.to_thread(engine.reach, url, key)
-    server_info = await asyncio.to_thread(engine.server_info, url, key)
+    engine.reach(url, key)
+    server_info = engine.server_info(url, key)
     ctx["server_info"] = server_info
-    model = args.model or await asyncio.to_thread(engine.served_model, url, key, server_info)
+    model = args.model or engine.served_model(url, key, server_info)
     target = Target.for_engine(url, engine, api=args.api, prompt_format=args.prompt_format, api_key=key, model=model)
     if engine.negotiates:
-        target, workload, notes = await asyncio.to_thread(negotiate, target, workload)
+        target, workload, notes = negotiate(target, workload)
         ctx["engine"]["negotiated"] = notes
         for n in notes:
             print(f"sglperf bench: {n}", file=sys.stderr)
@@ -150,18 +149,17 @@ async def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) 
     policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio,
                                slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms)
     specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
-                        stall_timeout_s=args.stall_timeout) for c in (args.levels or [8, 16, 32])]
+                        stall_timeout_s=args.stall_timeout, request_timeout_s=args.request_timeout)
+              for c in (args.levels or [8, 16, 32])]
              if not args.rates else
              [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness,
                         max_seconds=args.max_seconds, min_seconds=args.min_seconds,
-                        stall_timeout_s=args.stall_timeout) for r in args.rates])
+                        stall_timeout_s=args.stall_timeout, request_timeout_s=args.request_timeout) for r in args.rates])
     setting, previous = parse_client_procs(args.client_procs), None
-    for i, spec in enumerate(specs):
+    for spec in specs:
         procs = resolve_client_procs(setting, spec.concurrency, previous) if spec.concurrency else 1
-        if not args.no_flush:
-            await asyncio.to_thread(engine.flush, url, key)
-        m = await measure_level(target, workload, spec, policy, engine=engine, stream_id=i,
-                                request_timeout=args.request_timeout, progress=_progress, client_procs=procs)
+        m = run_level(target, workload, spec, policy, engine=engine, progress=_progress, client_procs=procs,
+                      flush=not args.no_flush)
         previous = m.result
         if sys.stderr.isatty():
             print(file=sys.stderr)
@@ -188,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
     interrupt_on_sigterm()  # Ctrl-C and SIGTERM keep the finished levels, in a background job too
     try:
         check_outputs(args)
-        run_loop(run(args, measurements, ctx))
+        run(args, measurements, ctx)
     except (ValueError, SglperfError) as e:
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, UsageError)) else 1

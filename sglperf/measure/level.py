@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .client import ClientMonitor, LoadGenerator, Target, Workload
-from .metrics import ArrivalLog, MeasurementPolicy, level_result
+from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
+from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
 from ..environment.gpu import GpuMonitor
 from ..environment.host import HostMonitor
 from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
@@ -33,6 +33,7 @@ class LevelSpec:
     drain_timeout_s: float | None = None  # default: 3 median request lifetimes + 10 s
     check_interval_s: float = 1.0
     scrape_interval_s: float = 0.5
+    request_timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -41,6 +42,12 @@ class LevelSpec:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be > 0, got {self.rate}")
+
+    @property
+    def stream_id(self) -> int:
+        """Seeds the level's prompts: the same level sends the same prompts from the suite and `sglperf bench`
+        (a closed loop by its concurrency, an open loop by its rate in thousandths, apart from them)."""
+        return self.concurrency if self.concurrency is not None else (1 << 24) + round(self.rate * 1000)
 
     @property
     def label(self) -> str:
@@ -115,156 +122,262 @@ def scrape_warning(scraper: Scraper, r: LevelResult) -> str:
             f"answered inside the window); last: {scraper.last_error}")
 
 
+@dataclass(frozen=True)
+class ServerWatch:
+    """What the level runner may ask of the server it measures: whether it died (its words, else None), its
+    processes on this host (their CPU is the server's, not a neighbour's) and its GPUs (sampled; None: none)."""
+
+    crash: Callable[[], str | None] = lambda: None
+    pids: Callable[[], list[int]] = lambda: []
+    gpus: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a level stopped: `reason` is its stop_reason; `incomplete` levels were cut short (their `note` says
+    why); `failing` quotes a server that refused requests systematically."""
+
+    reason: str
+    incomplete: bool = False
+    note: str | None = None
+    failing: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------- stop conditions
+def server_died(watch: ServerWatch) -> Stop | None:
+    dead = watch.crash()
+    return Stop("server_died", incomplete=True, note=dead) if dead else None
+
+
+def requests_failing(gen, concurrency: int | None) -> Stop | None:
+    why = systematic_failure(gen.records, concurrency)
+    return Stop("failing", failing=why) if why else None
+
+
+def stalled(gen, now: float, t0: float, timeout_s: float) -> Stop | None:
+    """No token from any request in flight for `timeout_s`; a request that ended (even with an error) is activity:
+    a server failing fast has not stalled."""
+    last = max(gen.last_chunk_time or t0, gen.last_end_time or t0)
+    if gen.in_flight and now - last > timeout_s:
+        return Stop("stall", incomplete=True, note=f"server stalled: no token from any of {len(gen.in_flight)} "
+                    f"in-flight requests for {now - last:.0f} s (stall timeout {timeout_s:g} s)")
+    return None
+
+
+def trusted(res: LevelResult, elapsed: float, spec: LevelSpec, policy: MeasurementPolicy) -> bool:
+    """An interval that may stop a level: enough batches over enough steady state, after the level's minimum."""
+    need = max(policy.min_completions, spec.concurrency or 0)
+    return (res.sustained_output_tps_ci95 is not None and bool(res.sustained_output_tps) and elapsed >= spec.min_seconds
+            and res.completed_in_window >= need and res.ci_batches >= policy.converge_batches
+            and res.window_s >= policy.converge_window_s)
+
+
+def converged(res: LevelResult, policy: MeasurementPolicy) -> Stop | None:
+    if res.sustained_output_tps_ci95 / res.sustained_output_tps <= policy.ci_target:
+        return Stop("converged")
+    return None
+
+
+def decided_early(res: LevelResult, gen, now: float, policy: MeasurementPolicy,
+                  decided: Callable[[LevelResult], bool] | None) -> Stop | None:
+    """The interval already decides what it feeds (a floor), while tokens still flow: a window that ran on through
+    silence would "decide" a regression that is a hang, which is the stall detector's to judge."""
+    flowing = gen.last_chunk_time is not None and now - gen.last_chunk_time <= policy.decide_quiet_s
+    if flowing and decided is not None and decided(res):
+        return Stop("decided")
+    return None
+
+
+def time_up(elapsed: float, spec: LevelSpec) -> Stop | None:
+    return Stop("max_seconds") if elapsed >= spec.max_seconds else None
+
+
+# ---------------------------------------------------------------------------------------------- the runner
+class Monitors:
+    """The level's side samplers: the server's view, the client's own health, the host and the GPUs."""
+
+    def __init__(self, target: Target, engine, spec: LevelSpec, watch: ServerWatch, clock):
+        self.client_pids: list[int] = []  # the client's worker processes: their CPU is the client's
+        self.scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
+        self.client = ClientMonitor(clock)
+        self.host = HostMonitor(clock, watch.pids, client_pids=lambda: self.client_pids)
+        self.gpu = GpuMonitor(clock, watch.gpus, watch.pids)
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(m.run(self._stop)) for m in (self.scraper, self.client, self.host)] + (
+            [asyncio.create_task(self.gpu.run(self._stop))] if watch.gpus else [])
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Checker:
+    """The level as it stands, in the middle of it. A check is O(every chunk so far); on the event loop a long, fast
+    level's checks stalled it (docs/measurement.md), in a thread the two threads' contention for the GIL costs per
+    token: so a check runs on the loop while the last one cost less than INLINE_CHECK_S, and in a thread after."""
+
+    def __init__(self, spec: LevelSpec, workload: Workload, policy: MeasurementPolicy, monitors: Monitors, samples):
+        self.spec, self.workload, self.policy, self.monitors, self.samples = spec, workload, policy, monitors, samples
+        self.arrivals = ArrivalLog()
+        self.cpu_s = 0.0
+
+    def _check(self, snap: list[RequestRecord], finished: int, now: float) -> tuple[LevelResult, float]:
+        started = time.thread_time()
+        times, tokens = self.arrivals.arrivals(snap, finished)
+        m = self.monitors
+        res = level_result(snap, concurrency=self.spec.concurrency, rate=self.spec.rate, isl=self.workload.isl,
+                           osl=self.workload.osl, policy=self.policy, now=now, latencies=False, arrivals=(times, tokens),
+                           samples=LevelSamples(list(m.scraper.samples), list(self.samples()), list(m.host.samples),
+                                                list(m.gpu.samples)))
+        self.cpu_s = time.thread_time() - started
+        return res, float(tokens.sum())
+
+    async def __call__(self, gen, now: float) -> tuple[LevelResult, float]:
+        finished, snap = len(gen.records), gen.snapshot(now)
+        if self.cpu_s < INLINE_CHECK_S:
+            return self._check(snap, finished, now)
+        return await asyncio.to_thread(self._check, snap, finished, now)
+
+
+async def _watch(gen, load: asyncio.Task, check: Checker, spec: LevelSpec, policy: MeasurementPolicy,
+                 watch: ServerWatch, decided, progress, clock) -> tuple[Stop, LevelResult | None]:
+    """Until a stop condition holds: failures and deaths are noticed within 0.25 s; the interval is checked every
+    10% of the elapsed time (at least every check_interval_s), so the checks' sum stays linear in the level's length
+    and a level stops at most 10% of its time after its interval was good enough."""
+    t0 = clock()
+    decision, next_check, last = None, t0 + spec.check_interval_s, (0.0, t0)
+    while True:
+        await asyncio.sleep(min(0.25, spec.check_interval_s))
+        now = clock()
+        if load.done():
+            load.result()  # a bug in the generator surfaces here, not as a silent stop
+        stop = (server_died(watch) or requests_failing(gen, spec.concurrency)
+                or stalled(gen, now, t0, spec.stall_timeout_s))
+        if stop or now < next_check:
+            if stop:
+                return stop, decision
+            continue
+        next_check = now + max(spec.check_interval_s, 0.10 * (now - t0))
+        decision, tokens = await check(gen, now)
+        if progress:
+            r = decision
+            progress(dict(level=spec.label, elapsed=now - t0, done=r.completed, in_flight=len(gen.in_flight),
+                          tps=(tokens - last[0]) / max(now - last[1], 1e-9), sustained=r.sustained_output_tps,
+                          ci=r.sustained_output_tps_ci95, errors=sum(r.errors.values())))
+            last = (tokens, now)
+        ok = trusted(decision, now - t0, spec, policy)
+        stop = ((ok and (converged(decision, policy) or decided_early(decision, gen, now, policy, decided)))
+                or time_up(now - t0, spec))
+        if stop:
+            return stop, decision
+
+
+async def _drain(gen, load: asyncio.Task, stop: Stop, spec: LevelSpec) -> None:
+    """Requests in flight finish (up to the drain timeout: 3 median lifetimes + 10 s); a level cut short or failing
+    cancels them."""
+    if stop.incomplete or stop.failing:
+        load.cancel()
+    else:
+        ok = sorted(r.end_time - r.send_time for r in gen.records if r.ok)
+        lifetime = ok[len(ok) // 2] if ok else 10.0
+        drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
+        done, _ = await asyncio.wait({load}, timeout=drain)
+        if not done:
+            load.cancel()
+    await asyncio.gather(load, return_exceptions=True)
+
+
+def _generator(target: Target, workload: Workload, spec: LevelSpec, client_procs: int, clock):
+    if client_procs > 1 and spec.concurrency is not None and spec.concurrency > 1:
+        return ShardedLoad(target, workload, spec.concurrency, client_procs, stream_id=spec.stream_id,
+                           request_timeout=spec.request_timeout_s)
+    return LoadGenerator(target, workload, stream_id=spec.stream_id, request_timeout=spec.request_timeout_s,
+                         clock=clock)
+
+
+def _start_load(gen, spec: LevelSpec, workload: Workload, stop: asyncio.Event) -> asyncio.Task:
+    if spec.concurrency is not None:
+        return asyncio.create_task(gen.closed_loop(spec.concurrency, stop))
+    return asyncio.create_task(gen.open_loop(spec.rate, stop, burstiness=spec.burstiness,
+                                             max_concurrency=spec.max_concurrency, seed=workload.seed))
+
+
 async def measure_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *,
-                        engine, stream_id: int = 0, request_timeout: float = 3600.0,
-                        server_check: Callable[[], str | None] | None = None,
-                        server_pids: Callable[[], list[int]] | None = None,
-                        gpus: list[int] | None = None,
+                        engine, watch: ServerWatch = ServerWatch(),
                         decided: Callable[[LevelResult], bool] | None = None, client_procs: int = 1,
                         progress: Callable[[dict], None] | None = None,
                         clock: Callable[[], float] = time.monotonic) -> LevelMeasurement:
     """Drive one level. It stops when its interval is precise enough (policy.ci_target) or, sooner, when
-    `decided` says the interval already decides what it feeds (a floor), once the CI is trustworthy: at least
-    policy.converge_batches batches over policy.converge_window_s of steady state. `gpus`: the server's GPU
-    indices on this host, whose telemetry is sampled (None: none). `client_procs` > 1 shards a closed loop's streams
-    over that many client processes (sglperf.shards); an open loop runs in this one."""
-    stop_load, stop_aux = asyncio.Event(), asyncio.Event()
-    scraper = Scraper(target.url, engine, interval=spec.scrape_interval_s, api_key=target.api_key, clock=clock)
-    monitor = ClientMonitor(clock)
-    client_pids: list[int] = []  # the client's worker processes: their CPU is the client's, not a neighbour's
-    host = HostMonitor(clock, server_pids, client_pids=lambda: client_pids)
-    gpu = GpuMonitor(clock, gpus, server_pids)
-    aux = [asyncio.create_task(scraper.run(stop_aux)), asyncio.create_task(monitor.run(stop_aux)),
-           asyncio.create_task(host.run(stop_aux))] + ([asyncio.create_task(gpu.run(stop_aux))] if gpus else [])
-    incomplete, note, reason = False, None, "max_seconds"
-    sharded = client_procs > 1 and spec.concurrency is not None and spec.concurrency > 1
-    generator = (ShardedLoad(target, workload, spec.concurrency, client_procs, stream_id=stream_id,
-                             request_timeout=request_timeout) if sharded else
-                 LoadGenerator(target, workload, stream_id=stream_id, request_timeout=request_timeout, clock=clock))
+    `decided` says the interval already decides what it feeds (a floor), once the interval is trustworthy; when the
+    time is up; or when the server dies, stalls or refuses requests. `client_procs` > 1 shards a closed loop's
+    streams over that many client processes (sglperf.measure.shards); an open loop runs in this one."""
+    monitors = Monitors(target, engine, spec, watch, clock)
+    generator = _generator(target, workload, spec, client_procs, clock)
+    sharded = isinstance(generator, ShardedLoad)
     async with generator as gen:
         if sharded:
-            client_pids.extend(gen.pids)
-        samples = (lambda: gen.samples) if sharded else (lambda: monitor.samples)  # the streaming processes'
-        t0 = clock()
-        if spec.concurrency is not None:
-            load = asyncio.create_task(gen.closed_loop(spec.concurrency, stop_load))
-        else:
-            load = asyncio.create_task(gen.open_loop(spec.rate, stop_load, burstiness=spec.burstiness,
-                                                     max_concurrency=spec.max_concurrency, seed=workload.seed))
-        last_tokens, last_t = 0, t0
-        arrivals = ArrivalLog()
-
-        check_cpu_s = 0.0  # what the last check cost
-
-        def check(snap: list[RequestRecord], finished: int, now: float) -> tuple[LevelResult, float]:
-            """The level as it stands, and the tokens streamed so far (by requests that did not fail)."""
-            nonlocal check_cpu_s
-            started = time.thread_time()
-            times, tokens = arrivals.arrivals(snap, finished)
-            res = level_result(snap, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
-                               policy=policy, now=now, server_samples=list(scraper.samples),
-                               client_samples=list(samples()), host_samples=list(host.samples),
-                               gpu_samples=list(gpu.samples), latencies=False, arrivals=(times, tokens))
-            check_cpu_s = time.thread_time() - started
-            return res, float(tokens.sum())
-
-        decision, failing, next_check = None, None, t0 + spec.check_interval_s
+            monitors.client_pids.extend(gen.pids)
+        samples = (lambda: gen.samples) if sharded else (lambda: monitors.client.samples)  # the streaming processes'
+        stop_load = asyncio.Event()
+        load = _start_load(gen, spec, workload, stop_load)
+        decision = None
         try:
-            while True:
-                await asyncio.sleep(min(0.25, spec.check_interval_s))  # failures and deaths are noticed fast
-                now = clock()
-                elapsed = now - t0
-                if load.done():
-                    load.result()  # a bug in the generator surfaces here, not as a silent stop
-                dead = server_check() if server_check else None
-                if dead:
-                    incomplete, note, reason = True, dead, "server_died"
-                    break
-                failing = systematic_failure(gen.records, spec.concurrency)
-                if failing:
-                    reason = "failing"
-                    break
-                # a request that ended (even with an error) is activity: a server failing fast has not stalled
-                last = max(gen.last_chunk_time or t0, gen.last_end_time or t0)
-                if gen.in_flight and now - last > spec.stall_timeout_s:
-                    incomplete, reason = True, "stall"
-                    note = (f"server stalled: no token from any of {len(gen.in_flight)} in-flight requests for "
-                            f"{now - last:.0f} s (stall timeout {spec.stall_timeout_s:g} s)")
-                    break
-                if now < next_check:
-                    continue
-                # Each check reads every chunk so far: checking every 10% of the elapsed time (at least every
-                # check_interval_s) keeps their sum linear in the level's length, and a level stops at most 10% of
-                # its time after its interval was good enough.
-                next_check = now + max(spec.check_interval_s, 0.10 * elapsed)
-                finished, snap = len(gen.records), gen.snapshot(now)
-                # A check is O(every chunk so far). Run on the loop, a long, fast level's checks stalled it (53 ms
-                # lag p99 at 3,400 tok/s on the H200); in a thread the GIL's switch interval (5 ms) lets the loop
-                # keep sending, but the two threads' contention for the GIL cost ~1 µs per streamed token (three
-                # pairs of 40-s levels, 2-core host, 16 streams). So a check runs on the loop while the last one
-                # cost less than INLINE_CHECK_S, and in a thread from then on.
-                if check_cpu_s < INLINE_CHECK_S:
-                    res, tokens = check(snap, finished, now)
-                else:
-                    res, tokens = await asyncio.to_thread(check, snap, finished, now)
-                decision = res
-                if progress:
-                    progress(dict(level=spec.label, elapsed=elapsed, done=res.completed, in_flight=len(gen.in_flight),
-                                  tps=(tokens - last_tokens) / max(now - last_t, 1e-9), sustained=res.sustained_output_tps,
-                                  ci=res.sustained_output_tps_ci95, errors=sum(res.errors.values())))
-                    last_tokens, last_t = tokens, now
-                half, mean = res.sustained_output_tps_ci95, res.sustained_output_tps
-                need = max(policy.min_completions, spec.concurrency or 0)
-                trusted = (half is not None and mean and elapsed >= spec.min_seconds and res.completed_in_window >= need
-                           and res.ci_batches >= policy.converge_batches and res.window_s >= policy.converge_window_s)
-                if trusted and half / mean <= policy.ci_target:
-                    reason = "converged"
-                    break
-                # A decision needs tokens still flowing: a server that went silent is the stall detector's to judge,
-                # and a window that runs on through silence would "decide" a regression that is a hang.
-                flowing = gen.last_chunk_time is not None and now - gen.last_chunk_time <= policy.decide_quiet_s
-                if trusted and flowing and decided is not None and decided(res):
-                    reason = "decided"
-                    break
-                if elapsed >= spec.max_seconds:
-                    reason = "max_seconds"
-                    break
+            stop, decision = await _watch(gen, load, Checker(spec, workload, policy, monitors, samples), spec, policy,
+                                          watch, decided, progress, clock)
         except asyncio.CancelledError:
             # Interrupted (Ctrl-C, SIGTERM): keep what was measured, marked incomplete; the caller re-raises.
-            incomplete, note, reason = True, "interrupted before the level finished", "interrupted"
+            stop = Stop("interrupted", incomplete=True, note="interrupted before the level finished")
             task = asyncio.current_task()
             if task is not None and hasattr(task, "uncancel"):
                 task.uncancel()
+        except BaseException:  # a bug in the generator or a check: nothing of the level is left running
+            stop_load.set()
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            await monitors.stop()
+            raise
         finally:
             stopped_at = clock()
             stop_load.set()
-            if incomplete or failing:
-                load.cancel()
-            else:
-                ok = [r.end_time - r.send_time for r in gen.records if r.ok]
-                lifetime = sorted(ok)[len(ok) // 2] if ok else 10.0
-                drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
-                done, _ = await asyncio.wait({load}, timeout=drain)
-                if not done:
-                    load.cancel()
-            await asyncio.gather(load, return_exceptions=True)
-            stop_aux.set()
-            await asyncio.gather(*aux, return_exceptions=True)
+        await _drain(gen, load, stop, spec)
+        await monitors.stop()
         records = sorted(gen.records, key=lambda r: r.index)
-    result = level_result(records, target=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
-                          policy=policy, server_samples=scraper.samples, client_samples=samples(),
-                          incomplete=incomplete, note=note, window_cap=stopped_at,
-                          lifetime_s=decision.lifetime_s if decision else None,
-                          window=(decision.window_start, decision.window_end)
-                          if decision and decision.window_start is not None and not (incomplete or failing) else None,
-                          stopped_because=failing, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
-                          host_samples=host.samples, gpu_samples=gpu.samples)
-    result = replace(result, connection_retries=gen.connection_retries,
-                     client_procs=generator.procs if sharded else 1)
-    if gpu.error:
-        result = replace(result, warnings=result.warnings + (gpu.error,))
-    if scraper.errors:
-        result = replace(result, scrape_errors=scraper.errors, scrape_last_error=scraper.last_error,
-                         warnings=result.warnings + (scrape_warning(scraper, result),))
-    return LevelMeasurement(result, records, scraper.samples, samples(), scraper.source, reason,
-                            host_samples=host.samples, gpu_samples=gpu.samples)
+    return _measurement(records, monitors, samples(), stop, decision, stopped_at, spec, workload, policy, gen,
+                        generator.procs if sharded else 1)
+
+
+def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decision: LevelResult | None,
+                 stopped_at: float, spec: LevelSpec, workload: Workload, policy: MeasurementPolicy, gen,
+                 procs: int) -> LevelMeasurement:
+    """The final result over every record: the window and batch length the stop decision judged, unless the level
+    was cut short (then the window is searched again, up to where load stopped)."""
+    judged = decision is not None and decision.window_start is not None and not (stop.incomplete or stop.failing)
+    end = LevelEnd(window_cap=stopped_at, lifetime_s=decision.lifetime_s if decision else None,
+                   window=(decision.window_start, decision.window_end) if judged else None,
+                   stopped_because=stop.failing, incomplete=stop.incomplete, note=stop.note)
+    m = monitors
+    result = level_result(records, concurrency=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
+                          policy=policy, end=end, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
+                          samples=LevelSamples(m.scraper.samples, client_samples, m.host.samples, m.gpu.samples))
+    warnings = result.warnings + ((m.gpu.error,) if m.gpu.error else ())
+    if m.scraper.errors:
+        warnings += (scrape_warning(m.scraper, result),)
+    result = replace(result, connection_retries=gen.connection_retries, client_procs=procs, warnings=warnings,
+                     scrape_errors=m.scraper.errors, scrape_last_error=m.scraper.last_error)
+    return LevelMeasurement(result, records, m.scraper.samples, client_samples, m.scraper.source, stop.reason,
+                            host_samples=m.host.samples, gpu_samples=m.gpu.samples)
+
+
+def run_level(target: Target, workload: Workload, spec: LevelSpec, policy: MeasurementPolicy, *, engine,
+              watch: ServerWatch = ServerWatch(), decided: Callable[[LevelResult], bool] | None = None,
+              client_procs: int = 1, progress: Callable[[dict], None] | None = None,
+              flush: bool = True) -> LevelMeasurement:
+    """One level as the suite and `sglperf bench` run it: the server's prefix cache flushed first (where the engine
+    has a flush), then measured on its own event loop; `extra["epoch_ms"]` says when, in wall-clock time."""
+    if flush:
+        engine.flush(target.url, target.api_key)
+    started = time.time()
+    meas = run_loop(measure_level(target, workload, spec, policy, engine=engine, watch=watch, decided=decided,
+                                  client_procs=client_procs, progress=progress))
+    meas.extra["epoch_ms"] = (int(started * 1000), int(time.time() * 1000))
+    return meas

@@ -1,0 +1,132 @@
+"""When a level's numbers cannot be trusted (invalid), and what is worth knowing without invalidating them
+(warnings): the measurement policy and its rules, kept apart from the statistics they judge (metrics.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..records import RequestRecord
+
+
+@dataclass(frozen=True)
+class MeasurementPolicy:
+    steady_state_ratio: float = 0.9
+    max_gap_s: float = 0.05
+    warmup_completions: int | None = None  # default: the target concurrency (one generation)
+    min_batches: int = 5
+    max_batches: int = 30
+    ci_target: float = 0.01  # CI half-width / sustained, at most
+    min_completions: int = 20  # inside the window (and at least one generation)
+    # A CI stops a level only from 10 batches (t with 9 degrees of freedom: a handful of batches can agree by
+    # chance, and closed-loop cohorts beat) over at least 3 s of steady state (a few lifetimes of a fast level are
+    # milliseconds of scheduling luck). Fewer batches still give the verdicts a (wider) interval.
+    converge_batches: int = 10
+    decide_quiet_s: float = 0.5  # no early floor decision after this long without a token
+    max_sim_behind: float = 0.05  # the simulator late by more than this share of its engine time: disturbed
+    converge_window_s: float = 3.0
+    # Client-bound: the client's CPU near one core (its event loop is one thread), or an event-loop lag that delays
+    # closed-loop sends by a visible fraction of a request's life. Lag alone does not bias sustained throughput
+    # (tokens are counted, only their timestamps blur), so lag large against the ITL is a warning, not invalid.
+    max_loop_lag_p99_s: float = 0.05
+    max_lag_share_of_e2e: float = 0.05
+    max_client_cpu_share: float = 0.90
+    warn_lag_share_of_itl: float = 0.2
+    # The service-level objective goodput counts against (profile [slo]): a request meets it when its own TTFT and
+    # TPOT are at or below these (None: that bound is not set; both None: no goodput).
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+
+
+
+def check_prompt_lengths(ok: list[RequestRecord], isl: int, mode: str) -> str | None:
+    """The server's own prompt count (usage.prompt_tokens, meta_info) against the ISL we sent, where reported."""
+    counted = Counter(r.server_prompt_tokens for r in ok if r.server_prompt_tokens is not None)
+    if not counted:
+        return None
+    if mode == "chat":  # the chat template adds the same tokens to every request
+        if len(counted) == 1 and min(counted) >= isl:
+            return None
+        return (f"the server counted {', '.join(str(k) for k in sorted(counted))} prompt tokens for {isl}-token "
+                f"chat messages: the template overhead is not constant")
+    wrong = {k: v for k, v in counted.items() if k != isl}
+    if not wrong:
+        return None
+    k, v = max(wrong.items(), key=lambda kv: kv[1])
+    return (f"the server counted {k} prompt tokens for a {isl}-token prompt ({sum(wrong.values())} of "
+            f"{sum(counted.values())} requests): the prompts are not the length the level claims")
+
+
+
+
+@dataclass(frozen=True)
+class Judgement:
+    reasons: tuple[str, ...]  # why the level is invalid (empty: valid)
+    warnings: tuple[str, ...]
+    disturbances: tuple[str, ...]  # what took the host; invalid only where a verdict does not pass (the judge's call)
+
+
+def judge(st, policy: MeasurementPolicy, *, isl: int, prompt_check: str, stopped_because: str | None,
+          incomplete: bool, note: str | None) -> Judgement:
+    """The rules, over a level's statistics `st` (metrics.LevelStats)."""
+    reasons: list[str] = [stopped_because] if stopped_because else []
+    warns: list[str] = []
+    if st.errors:
+        example = next(r for r in st.done if r.error)
+        reasons.append(f"{sum(st.errors.values())} of {len(st.done)} requests failed ("
+                       + ", ".join(f"{k}: {v}" for k, v in sorted(st.errors.items()))
+                       + f"; e.g. {example.error}: {example.error_detail})")
+    problem = check_prompt_lengths(st.ok, isl, prompt_check)
+    if problem:
+        reasons.append(problem)
+    reasons += _window_rules(st, policy, warns)
+    reasons += _client_rules(st, policy, warns)
+    if incomplete:
+        reasons.append(f"level incomplete: {note}" if note else "level incomplete")
+    disturbed = list(st.host_disturbed) + list(st.gpu_disturbed)
+    if st.behind is not None and st.behind > policy.max_sim_behind:
+        disturbed.append(f"disturbed: the simulator fell {st.behind:.0%} behind real time during the window (its "
+                         f"engine could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
+    return Judgement(tuple(reasons), tuple(warns), tuple(disturbed))
+
+
+def _window_rules(st, policy: MeasurementPolicy, warns: list[str]) -> list[str]:
+    if st.window is None:
+        return ["no steady-state window: warm-up (one generation of requests) did not complete" if st.w_end is None
+                else "no steady-state window: in-flight requests never held the target"]
+    reasons = []
+    s, e = st.window
+    if st.half is None and st.k >= policy.min_batches:
+        reasons.append(f"95% CI unknown: all {st.k} batches measured the same rate (closed-loop cohorts in "
+                       f"lockstep); a spread of zero is no evidence of precision")
+    elif st.half is None:
+        reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_batches} request lifetimes "
+                       f"({policy.min_batches} x {st.lifetime or 0:.2f} s)")
+    elif st.sustained and st.half / st.sustained > policy.ci_target:
+        # Not invalid: the interval is what the verdicts use; a wide one decides less (INCONCLUSIVE), never wrong
+        warns.append(f"95% CI +/-{st.half / st.sustained:.1%} is wider than the target +/-{policy.ci_target:.1%}")
+    if st.shift:
+        warns.append(st.shift)
+    need = max(policy.min_completions, st.concurrency or 0)
+    if st.completed_in_window < need:
+        reasons.append(f"only {st.completed_in_window} requests completed inside the window (need {need})")
+    return reasons
+
+
+def _client_rules(st, policy: MeasurementPolicy, warns: list[str]) -> list[str]:
+    """A client that saturated reports itself, not the server."""
+    reasons = []
+    lag, cpu = st.lag, st.cpu
+    lag_limit = max(policy.max_loop_lag_p99_s * 1e3, policy.max_lag_share_of_e2e * (st.latency["e2e_ms"].median or 0))
+    if lag is not None and lag > lag_limit:
+        reasons.append(f"client-bound: event-loop lag p99 {lag:.0f} ms > {lag_limit:.0f} ms (max of "
+                       f"{policy.max_loop_lag_p99_s * 1e3:.0f} ms and {policy.max_lag_share_of_e2e:.0%} of the "
+                       f"median E2E): closed-loop sends were late")
+    itl_med = st.latency["itl_ms"].median
+    if lag is not None and itl_med and lag > policy.warn_lag_share_of_itl * itl_med and lag > 10:
+        warns.append(f"client event-loop lag p99 {lag:.0f} ms is {lag / itl_med:.0%} of the median ITL: ITL and "
+                     f"TTFT percentiles are blurred by up to that much (throughput is not)")
+    if cpu is not None and cpu > policy.max_client_cpu_share:
+        reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
+    return reasons
