@@ -209,16 +209,6 @@ class LevelResult:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "LevelResult":
-        d = dict(d)
-        for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
-            d[k] = Summary(**d[k])
-        d["invalid_reasons"] = tuple(d["invalid_reasons"])
-        d["warnings"] = tuple(d.get("warnings") or ())
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
 
 @dataclass(frozen=True)
 class Ceiling:

@@ -3,7 +3,8 @@
 import pytest
 
 from sglperf.sim.calibrate import closed_loop, engine_config
-from sglperf.sim.engine import Engine, EngineConfig, QueueFull, kv_ceiling
+from sglperf.engines.sglang import predict_ceiling
+from sglperf.sim.engine import Engine, EngineConfig, QueueFull
 from sglperf.sim.presets import CI, GLM5_RTXPRO6000_TP8
 
 
@@ -137,7 +138,7 @@ def test_requests_the_server_cannot_hold_are_refused():
 
 
 def test_kv_ceiling_of_the_seed_system():
-    assert kv_ceiling(GLM5_RTXPRO6000_TP8.kv_pool_tokens(None, None), 64, 128, 128) == 1935
+    assert predict_ceiling(GLM5_RTXPRO6000_TP8.kv_pool_tokens(None, None), 64, 128, 128, None).kv == 1935
     res = closed_loop(engine_config(GLM5_RTXPRO6000_TP8, 2048, 8), 3072, 128, 128, lifetimes=2,
                       warmup_lifetimes=1)
     assert res.max_running == 1935

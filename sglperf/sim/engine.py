@@ -9,7 +9,6 @@ No I/O, no wall clock, no threads.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -383,9 +382,3 @@ class Engine:
             return TokenEvent(r.rid, r.output_len, True, "length")
         return TokenEvent(r.rid, r.output_len, False, None)
 
-
-def kv_ceiling(max_total_num_tokens: int, page_size: int, input_len: int, output_len: int) -> int:
-    """Requests the KV pool holds at once when each needs input+output tokens, page-rounded (the vocabulary's
-    "KV ceiling")."""
-    per_request = math.ceil((input_len + output_len) / page_size) * page_size
-    return max_total_num_tokens // per_request

@@ -138,22 +138,33 @@ class OpenAIDialect(Dialect):
         return [u]
 
 
-def build_app(srv: SimServer) -> web.Application:
-    a = srv.args
-    routes = web.RouteTableDef()
-    vocab = srv.preset.vocab_size
+class Routes:
+    """SGLang 0.5.23's endpoints over the live state, one handler each."""
+
+    def __init__(self, srv: SimServer):
+        self.srv, self.a, self.vocab = srv, srv.args, srv.preset.vocab_size
+
+    def table(self) -> list[web.RouteDef]:
+        return [web.get("/health", self.health), web.get("/health_generate", self.health), web.get("/ready", self.ready),
+                web.get("/model_info", self.model_info), web.get("/get_model_info", self.model_info_old),
+                web.get("/server_info", self.server_info), web.get("/get_server_info", self.server_info),
+                web.get("/v1/models", self.models), web.get("/v1/models/{name:.*}", self.model),
+                web.get("/v1/loads", self.loads), web.get("/flush_cache", self.flush_cache),
+                web.post("/flush_cache", self.flush_cache), web.get("/metrics", self.metrics),
+                web.post("/generate", self.generate), web.post("/v1/completions", self.completions)]
 
     @web.middleware
-    async def auth(request: web.Request, handler):
-        path = request.path
-        if a.api_key and not path.startswith(("/health", "/ready", "/metrics")):
-            header = request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or token.strip() != a.api_key:
+    async def auth(self, request: web.Request, handler):
+        key = self.a.api_key
+        if key and not request.path.startswith(("/health", "/ready", "/metrics")):
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token.strip() != key:
                 return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
 
-    async def health(request: web.Request) -> web.Response:
+    # ------------------------------------------------------------------ readiness and what the server says of itself
+    async def health(self, request: web.Request) -> web.Response:
+        srv = self.srv
         if srv.status != "Up" or srv.shutting_down:
             return web.Response(status=503)
         if srv.hung:
@@ -163,15 +174,13 @@ def build_app(srv: SimServer) -> web.Application:
             return web.Response(status=503)
         return web.Response(status=200)
 
-    routes.get("/health")(health)
-    routes.get("/health_generate")(health)
-
-    @routes.get("/ready")
-    async def ready(request):
+    async def ready(self, request):
+        srv = self.srv
         ok = srv.status == "Up" and not srv.shutting_down and not srv.hung
         return web.json_response({"status": "ready" if ok else srv.status}, status=200 if ok else 503)
 
-    def model_info() -> dict:
+    def _model_info(self) -> dict:
+        srv, a = self.srv, self.a
         return {"model_path": srv.res.model_path, "served_model_name": srv.res.served_model_name,
                 "tokenizer_path": a.tokenizer_path or srv.res.model_path, "is_generation": True,
                 "preferred_sampling_params": None, "weight_version": "default", "load_format": a.load_format,
@@ -179,18 +188,16 @@ def build_app(srv: SimServer) -> web.Application:
                 "has_image_understanding": False, "has_audio_understanding": False,
                 "model_type": "sim", "architectures": list(srv.preset.architectures)}
 
-    @routes.get("/model_info")
-    async def get_model_info(request):
-        return web.json_response(model_info())
+    async def model_info(self, request):
+        return web.json_response(self._model_info())
 
-    @routes.get("/get_model_info")
-    async def get_model_info_old(request):
+    async def model_info_old(self, request):
         log.warning("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
                     "Please use '/model_info' instead.")
-        return web.json_response(model_info())
+        return web.json_response(self._model_info())
 
-    def server_info() -> dict:
-        res = srv.res
+    async def server_info(self, request):
+        srv, a, res = self.srv, self.a, self.srv.res
         info = res.server_args()
         info.update(
             launch_command=" ".join(sys.argv), status="ready", max_total_num_tokens=res.max_total_num_tokens,
@@ -206,41 +213,30 @@ def build_app(srv: SimServer) -> web.Application:
                                "engine_seconds": srv.engine_s, "behind_seconds": srv.behind_s,
                                "gpu_name": srv.preset.gpu_name, "time_scale": a.time_scale,
                                "slowdown": a.slowdown, "prefill_slowdown": a.prefill_slowdown,
-                               "noise_cv": a.noise_cv},
+                               "noise_cv": a.noise_cv, "vocab_size": self.vocab},
         )
-        return info
+        return web.json_response(info)
 
-    @routes.get("/server_info")
-    async def get_server_info(request):
-        return web.json_response(server_info())
+    def _model_card(self) -> dict:
+        name = self.srv.res.served_model_name
+        return {"id": name, "object": "model", "created": int(self.srv.started), "owned_by": "sglang", "root": name,
+                "parent": None, "max_model_len": self.srv.res.context_len}
 
-    @routes.get("/get_server_info")
-    async def get_server_info_old(request):
-        return web.json_response(server_info())
+    async def models(self, request):
+        return web.json_response({"object": "list", "data": [self._model_card()]})
 
-    @routes.get("/v1/models")
-    async def models(request):
-        return web.json_response({"object": "list", "data": [model_card()]})
-
-    def model_card() -> dict:
-        name = srv.res.served_model_name
-        return {"id": name, "object": "model", "created": int(srv.started), "owned_by": "sglang", "root": name,
-                "parent": None, "max_model_len": srv.res.context_len}
-
-    @routes.get("/v1/models/{name:.*}")
-    async def model(request):
-        if request.match_info["name"] != srv.res.served_model_name:
+    async def model(self, request):
+        if request.match_info["name"] != self.srv.res.served_model_name:
             return web.json_response({"error": {"message": f"The model `{request.match_info['name']}` does not "
                                                            "exist.", "type": "invalid_request_error", "param": "model",
                                                 "code": "model_not_found"}}, status=404)
-        return web.json_response(model_card())
+        return web.json_response(self._model_card())
 
-    @routes.get("/v1/loads")
-    async def loads(request):
-        eng = srv.engine
+    async def loads(self, request):
+        srv, eng = self.srv, self.srv.engine
         used = eng.used_pages * srv.res.page_size
         return web.json_response({
-            "timestamp": time.time(), "version": VERSION, "accelerator": "sim", "num_accelerators": a.tp_size,
+            "timestamp": time.time(), "version": VERSION, "accelerator": "sim", "num_accelerators": self.a.tp_size,
             "loads": [{
                 "dp_rank": 0, "num_running_reqs": len(eng.running), "num_waiting_reqs": len(eng.waiting),
                 "num_waiting_uncached_tokens": sum(r.prefill_target for r in eng.waiting),
@@ -253,10 +249,10 @@ def build_app(srv: SimServer) -> web.Application:
                 "total_decode_tokens": eng.stats.decode_tokens,
             }]})
 
-    async def flush_cache(request):
+    async def flush_cache(self, request):
         timeout = float(request.query.get("timeout", "0") or 0)
         end = time.monotonic() + timeout
-        while srv.engine.has_work:
+        while self.srv.engine.has_work:
             if time.monotonic() >= end:
                 return web.Response(status=400, text="Timed out waiting for idle state." if timeout else
                                     "Flush cache failed.")
@@ -264,66 +260,29 @@ def build_app(srv: SimServer) -> web.Application:
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
 
-    routes.get("/flush_cache")(flush_cache)
-    routes.post("/flush_cache")(flush_cache)
-
-    @routes.get("/metrics")
-    async def metrics(request):
+    async def metrics(self, request):
+        srv = self.srv
         if srv.metrics is None:
             return web.json_response({"detail": "Not Found"}, status=404)
-        srv._update_gauges()
+        srv.update_gauges()
         return web.Response(body=srv.metrics.text(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    async def read_json(request: web.Request):
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise web.HTTPBadRequest(text=json.dumps({"error": {"message": f"Invalid JSON body: {e}"}}),
-                                     content_type="application/json")
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text=json.dumps({"error": {"message": "The request body must be an object."}}),
-                                     content_type="application/json")
-        return body
+    # ------------------------------------------------------------------ generation
+    def _refuse_new(self) -> web.Response | None:
+        return error_response(503, "The server is shutting down.") if self.srv.shutting_down else None
 
-    def refuse_new() -> web.Response | None:
-        if srv.shutting_down:
-            return error_response(503, "The server is shutting down.")
-        return None
-
-    @routes.post("/generate")
-    async def generate(request: web.Request):
-        if (r := refuse_new()) is not None:
+    async def generate(self, request: web.Request):
+        if (r := self._refuse_new()) is not None:
             return r
         body = await read_json(request)
-        sp = body.get("sampling_params") or {}
-        if not isinstance(sp, dict):
-            return web.json_response({"error": "invalid type: expected struct SamplingParams"}, status=400)
-        unknown = sorted(set(sp) - SAMPLING_KEYS)
-        if unknown:
-            return web.json_response({"error": f"unknown field `{unknown[0]}`, expected one of "
-                                               + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS))}, status=400)
-        max_new = sp.get("max_new_tokens", 128)
-        if not isinstance(max_new, int) or isinstance(max_new, bool):
-            return web.json_response({"error": f"invalid type: {type(max_new).__name__} {max_new!r}, expected i64"},
-                                     status=400)
-        if "input_ids" in body:
-            ids = body["input_ids"]
-            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                return web.json_response({"error": {"message": "input_ids must be a list of token ids "
-                                                               "(batched input is not simulated)."}}, status=400)
-            input_len = len(ids)
-        elif "text" in body:
-            text = body["text"]
-            if not isinstance(text, str):
-                return web.json_response({"error": {"message": "text must be a string (batched input is not "
-                                                               "simulated)."}}, status=400)
-            input_len = max(1, len(text.split()))
-        else:
-            return web.json_response({"error": {"message": "Either text or input_ids should be provided."}},
-                                     status=400)
+        problem = native_problem(body)
+        if problem is not None:
+            return problem
+        input_len = native_input_len(body)
         stream = bool(body.get("stream", False))
+        max_new = (body.get("sampling_params") or {}).get("max_new_tokens", 128)
         try:
-            st = srv._new_stream(input_len, max_new, body.get("rid"))
+            st = self.srv.new_stream(input_len, max_new, body.get("rid"))
         except QueueFull as e:
             if stream:
                 return await sse_single(request, [{"text": "", "output_ids": [], "meta_info": {
@@ -336,71 +295,44 @@ def build_app(srv: SimServer) -> web.Application:
                 return await sse_single(request, [{"error": {"message": str(e), "type": "invalid_request_error",
                                                              "code": 400, "retryable": False}}])
             return web.json_response({"error": {"message": str(e)}}, status=400)
-        return await respond(request, st, NativeDialect(vocab, srv._meta), stream)
+        return await self._respond(request, st, NativeDialect(self.vocab, self.srv.meta), stream)
 
-    async def sse_single(request, chunks: list[dict]) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        for c in chunks:
-            await resp.write(sse(c))
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
-
-    @routes.post("/v1/completions")
-    async def completions(request: web.Request):
-        if (r := refuse_new()) is not None:
+    async def completions(self, request: web.Request):
+        if (r := self._refuse_new()) is not None:
             return r
         if not request.content_type.startswith("application/json"):
             return error_response(400, "Unsupported Media Type: Only 'application/json' is allowed")
         body = await read_json(request)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool)
-                                                       for i in prompt):
-            input_len = len(prompt)
-        elif isinstance(prompt, str):
-            input_len = max(1, len(prompt.split()))
-        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            p0 = prompt[0]
-            input_len = len(p0) if isinstance(p0, list) else max(1, len(p0.split()))
-        else:
+        input_len = completion_input_len(body.get("prompt"))
+        if input_len is None:
             return error_response(400, "prompt must be a string, a list of token ids, or a one-element list "
                                        "(batched prompts are not simulated)")
         max_tokens = body.get("max_tokens", 16)
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
             return error_response(400, f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        stream = bool(body.get("stream", False))
-        stream_options = body.get("stream_options") or {}
-        include_usage = bool(stream_options.get("include_usage", False))
-        continuous_usage = include_usage and bool(stream_options.get("continuous_usage_stats", False))
-        model_name = body.get("model") or srv.res.served_model_name
-        cid = f"cmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage", False))
+        dialect = OpenAIDialect(self.vocab, f"cmpl-{uuid.uuid4().hex}", int(time.time()),
+                                body.get("model") or self.srv.res.served_model_name, include_usage,
+                                include_usage and bool(options.get("continuous_usage_stats", False)))
         try:
-            st = srv._new_stream(input_len, max_tokens)
+            st = self.srv.new_stream(input_len, max_tokens)
         except QueueFull as e:
             return error_response(503, str(e))
         except ValueError as e:
             return error_response(400, str(e))
+        return await self._respond(request, st, dialect, bool(body.get("stream", False)))
 
-        return await respond(request, st, OpenAIDialect(vocab, cid, created, model_name, include_usage,
-                                                         continuous_usage), stream)
-
-    async def respond(request: web.Request, st: Stream, d: "Dialect", stream: bool) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, st: Stream, d: Dialect, stream: bool) -> web.StreamResponse:
         """The one loop both APIs share: the stream's progress, its injected fault, and the end, each written in
         the API's own words by the dialect `d`."""
+        srv = self.srv
         try:
             if not stream:
-                fault = await srv.wait_done(st)
-                if fault in ("abort", "error"):
-                    return d.failed_response()
-                if fault == "truncate":
-                    raise ConnectionResetError("simulated truncation")
-                if fault == "short":
-                    st.finish_reason = {"type": "length", "length": st.output_len}
-                return web.json_response(d.whole(st))
+                return await self._whole(st, d)
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
-            async for fault in srv._events(st):
+            async for fault in srv.events(st):
                 if fault == "truncate":
                     return resp  # ends the chunked body: no finish reason, no [DONE]
                 if fault in ("abort", "error"):
@@ -417,8 +349,85 @@ def build_app(srv: SimServer) -> web.Application:
             await resp.write(b"data: [DONE]\n\n")
             return resp
         finally:
-            srv._drop(st)
+            srv.drop(st)
 
-    app = web.Application(middlewares=[auth], client_max_size=64 * 1024 * 1024)
-    app.add_routes(routes)
+    async def _whole(self, st: Stream, d: Dialect) -> web.Response:
+        fault = await self.srv.wait_done(st)
+        if fault in ("abort", "error"):
+            return d.failed_response()
+        if fault == "truncate":
+            raise ConnectionResetError("simulated truncation")
+        if fault == "short":
+            st.finish_reason = {"type": "length", "length": st.output_len}
+        return web.json_response(d.whole(st))
+
+
+async def read_json(request: web.Request):
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise web.HTTPBadRequest(text=json.dumps({"error": {"message": f"Invalid JSON body: {e}"}}),
+                                 content_type="application/json")
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text=json.dumps({"error": {"message": "The request body must be an object."}}),
+                                 content_type="application/json")
+    return body
+
+
+def native_problem(body: dict) -> web.Response | None:
+    """SGLang's schema check of a /generate body (400 with its words), or None."""
+    sp = body.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        return web.json_response({"error": "invalid type: expected struct SamplingParams"}, status=400)
+    unknown = sorted(set(sp) - SAMPLING_KEYS)
+    if unknown:
+        return web.json_response({"error": f"unknown field `{unknown[0]}`, expected one of "
+                                           + ", ".join(f"`{k}`" for k in sorted(SAMPLING_KEYS))}, status=400)
+    max_new = sp.get("max_new_tokens", 128)
+    if not isinstance(max_new, int) or isinstance(max_new, bool):
+        return web.json_response({"error": f"invalid type: {type(max_new).__name__} {max_new!r}, expected i64"},
+                                 status=400)
+    if "input_ids" in body:
+        ids = body["input_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return web.json_response({"error": {"message": "input_ids must be a list of token ids "
+                                                           "(batched input is not simulated)."}}, status=400)
+    elif "text" in body:
+        if not isinstance(body["text"], str):
+            return web.json_response({"error": {"message": "text must be a string (batched input is not "
+                                                           "simulated)."}}, status=400)
+    else:
+        return web.json_response({"error": {"message": "Either text or input_ids should be provided."}}, status=400)
+    return None
+
+
+def native_input_len(body: dict) -> int:
+    return len(body["input_ids"]) if "input_ids" in body else max(1, len(body["text"].split()))
+
+
+def completion_input_len(prompt) -> int | None:
+    """Prompt tokens of a /v1/completions prompt: token ids, a text (one token per word), or a one-element list."""
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        return len(prompt)
+    if isinstance(prompt, str):
+        return max(1, len(prompt.split()))
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        p0 = prompt[0]
+        return len(p0) if isinstance(p0, list) else max(1, len(p0.split()))
+    return None
+
+
+async def sse_single(request, chunks: list[dict]) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    for c in chunks:
+        await resp.write(sse(c))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+def build_app(srv: SimServer) -> web.Application:
+    routes = Routes(srv)
+    app = web.Application(middlewares=[routes.auth], client_max_size=64 * 1024 * 1024)
+    app.add_routes(routes.table())
     return app

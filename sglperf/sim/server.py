@@ -106,10 +106,10 @@ async def serve(res: sim_args.Resolved) -> int:
     loop.add_signal_handler(signal.SIGINT, stop.set)
 
     if not a.skip_server_warmup:
-        st = srv._new_stream(7, 8, "warmup")
-        async for _ in srv._events(st):
+        st = srv.new_stream(7, 8, "warmup")
+        async for _ in srv.events(st):
             pass
-        srv._drop(st)
+        srv.drop(st)
         log.info('127.0.0.1:0 - "POST /generate HTTP/1.1" 200')
     srv.status = "Up"
     srv.ready_at = time.time()

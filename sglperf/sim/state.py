@@ -159,7 +159,7 @@ class SimServer:
                 continue
             step = self.engine.step()
             if step is None:
-                self._update_gauges()
+                self.update_gauges()
                 self.wake.clear()
                 await self.wake.wait()
                 deadline = loop.time()
@@ -225,7 +225,7 @@ class SimServer:
                 m.retracted_total.inc(len(step.retracted))
         eng = self.engine
         if step.kind == "prefill":
-            self._update_gauges()
+            self.update_gauges()
             log_sched("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
                       "#running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False, "
                       "input throughput (token/s): %.2f", step.batch_size, step.new_tokens, self.token_usage(),
@@ -238,7 +238,7 @@ class SimServer:
                 t = time.monotonic()
                 self.last_gen_throughput = self._decode_log_tokens / max(t - self._decode_log_t, 1e-9)
                 self._decode_log_t, self._decode_log_tokens, self._decode_log_steps = t, 0, 0
-                self._update_gauges()
+                self.update_gauges()
                 log_sched("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: True, "
                           "gen throughput (token/s): %.2f, #queue-req: %d", len(eng.running), eng.used_tokens,
                           self.token_usage(), self.last_gen_throughput, len(eng.waiting))
@@ -246,7 +246,7 @@ class SimServer:
     def token_usage(self) -> float:
         return self.engine.used_pages * self.res.page_size / self.res.max_total_num_tokens
 
-    def _update_gauges(self) -> None:
+    def update_gauges(self) -> None:
         m = self.metrics
         if not m:
             return
@@ -258,7 +258,7 @@ class SimServer:
         m.gen_throughput.set(self.last_gen_throughput)
 
     # ------------------------------------------------------------------ requests
-    def _new_stream(self, input_len: int, max_new: int, rid: str | None = None) -> Stream:
+    def new_stream(self, input_len: int, max_new: int, rid: str | None = None) -> Stream:
         rid = rid or uuid.uuid4().hex
         if rid in self.streams:
             raise ValueError(f"Duplicate request id: {rid}")
@@ -277,7 +277,7 @@ class SimServer:
         self.wake.set()
         return st
 
-    def _drop(self, st: Stream) -> None:
+    def drop(self, st: Stream) -> None:
         self.streams.pop(st.rid, None)
         if not st.finished:
             self.engine.abort(st.rid)
@@ -285,7 +285,7 @@ class SimServer:
                 self.metrics.aborted.inc()
         self.engine.forget(st.rid)
 
-    async def _events(self, st: Stream):
+    async def events(self, st: Stream):
         """Yield the stream's progress each time the engine moved it, coalescing like SGLang does."""
         si = max(1, self.args.stream_interval)
         sent = 0
@@ -306,12 +306,12 @@ class SimServer:
 
     async def wait_done(self, st: Stream) -> str | None:
         """Non-stream requests: wait until the request finished, or until its injected fault fired (returned)."""
-        async for fault in self._events(st):
+        async for fault in self.events(st):
             if fault:
                 return fault
         return None
 
-    def _meta(self, st: Stream, final: bool) -> dict:
+    def meta(self, st: Stream, final: bool) -> dict:
         meta = {"id": st.rid, "finish_reason": st.finish_reason if final else None, "prompt_tokens": st.input_len,
                 "weight_version": "default", "num_retractions": st.num_retractions, "reasoning_tokens": 0,
                 "completion_tokens": st.output_len, "cached_tokens": 0}
