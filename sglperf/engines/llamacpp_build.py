@@ -49,9 +49,9 @@ def server_path(version: str = LLAMA_CPP_PYTHON, cuda: bool = False) -> Path:
     return cache_dir() / f"llama.cpp-{version}{'-cuda' if cuda else ''}" / "bin" / "llama-server"
 
 
-def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False) -> Path:
+def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False, seed: int = 0) -> Path:
     e, l, f = shape
-    return cache_dir() / "models" / f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}.gguf"
+    return cache_dir() / "models" / f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}{f'-s{seed}' if seed else ''}.gguf"
 
 
 def cuda_arch() -> str:
@@ -147,19 +147,37 @@ def _run(argv: list[str]) -> None:
         raise BuildError(f"{' '.join(argv[:3])} ... failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
 
 
-def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False) -> Path:
+def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False,
+               seed: int = 0) -> Path:
     """A deterministic random-weights llama GGUF with a SentencePiece-style vocabulary: every 'wNNN' is one token.
-    `f16`: matrices in F16 (norms stay F32), as a GPU model is served."""
-    import numpy as np
-    from gguf import GGUFWriter, TokenType
-
-    path = Path(path or model_path(shape, f16))
+    `f16`: matrices in F16 (norms stay F32), as a GPU model is served. `seed`: another seed is another model with
+    the same shape and vocabulary (what a broken kernel or a wrong checkpoint looks like to the output canary)."""
+    path = Path(path or model_path(shape, f16, seed))
     if path.exists():
         return path
-    n_embd, n_layer, n_ff = shape
+    from gguf import GGUFWriter
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    w = GGUFWriter(str(tmp), "llama")
+    n_vocab = _write_metadata(w, shape, f16)
+    _write_tensors(w, shape, n_vocab, f16, seed)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+    return path
+
+
+def _heads(n_embd: int) -> tuple[int, int, int]:
     n_head = max(1, n_embd // 64) if n_embd >= 256 else 4
-    n_head_kv = max(1, n_head // 2)
-    head_dim = n_embd // n_head
+    return n_head, max(1, n_head // 2), n_embd // n_head
+
+
+def _vocabulary() -> tuple[list[bytes], list[float], list[int]]:
+    from gguf import TokenType
+
     tokens, scores, types = [], [], []
 
     def add(piece: str, score: float, kind) -> None:
@@ -179,9 +197,13 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
         word = f"▁w{i}"
         add(word, -900 + 100 * (len(word) - 2), TokenType.NORMAL)  # longer pieces win: one word, one token
     assert len(tokens) == FIRST_WORD_ID + N_WORDS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    w = GGUFWriter(str(tmp), "llama")
+    return tokens, scores, types
+
+
+def _write_metadata(w, shape: tuple[int, int, int], f16: bool) -> int:
+    n_embd, n_layer, n_ff = shape
+    n_head, n_head_kv, head_dim = _heads(n_embd)
+    tokens, scores, types = _vocabulary()
     w.add_name("sglperf-tiny-llama")
     w.add_context_length(512)
     w.add_embedding_length(n_embd)
@@ -205,14 +227,21 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     w.add_add_bos_token(False)
     w.add_add_eos_token(False)
     w.add_add_space_prefix(True)
-    rng = np.random.default_rng(0)
+    return len(tokens)
+
+
+def _write_tensors(w, shape: tuple[int, int, int], n_vocab: int, f16: bool, seed: int) -> None:
+    import numpy as np
+
+    n_embd, n_layer, n_ff = shape
+    n_head, n_head_kv, head_dim = _heads(n_embd)
+    rng = np.random.default_rng(seed)
 
     def rnd(*shape_):
         if f16:  # float32 draws: twice as fast for 1.7 B weights (the F32 model's bytes stay as they always were)
             return (rng.standard_normal(shape_, dtype=np.float32) * np.float32(0.02)).astype(np.float16)
         return (rng.standard_normal(shape_) * 0.02).astype(np.float32)
 
-    n_vocab = len(tokens)
     w.add_tensor("token_embd.weight", rnd(n_vocab, n_embd))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     w.add_tensor("output.weight", rnd(n_vocab, n_embd))
@@ -220,24 +249,15 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     for i in range(n_layer):
         p = f"blk.{i}."
         if shared is None or not f16:  # the F32 model's layers stay distinct (its bytes never change)
-            shared = dict(q=rnd(n_head * head_dim, n_embd), k=rnd(n_head_kv * head_dim, n_embd),
-                          v=rnd(n_head_kv * head_dim, n_embd), o=rnd(n_embd, n_head * head_dim),
-                          gate=rnd(n_ff, n_embd), up=rnd(n_ff, n_embd), down=rnd(n_embd, n_ff))
+            shared = dict(attn_q=rnd(n_head * head_dim, n_embd), attn_k=rnd(n_head_kv * head_dim, n_embd),
+                          attn_v=rnd(n_head_kv * head_dim, n_embd), attn_output=rnd(n_embd, n_head * head_dim),
+                          ffn_gate=rnd(n_ff, n_embd), ffn_up=rnd(n_ff, n_embd), ffn_down=rnd(n_embd, n_ff))
         w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(p + "attn_q.weight", shared["q"])
-        w.add_tensor(p + "attn_k.weight", shared["k"])
-        w.add_tensor(p + "attn_v.weight", shared["v"])
-        w.add_tensor(p + "attn_output.weight", shared["o"])
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(p + name + ".weight", shared[name])
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        w.add_tensor(p + "ffn_gate.weight", shared["gate"])
-        w.add_tensor(p + "ffn_up.weight", shared["up"])
-        w.add_tensor(p + "ffn_down.weight", shared["down"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(tmp, path)
-    return path
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            w.add_tensor(p + name + ".weight", shared[name])
 
 
 def main(argv: list[str]) -> int:
@@ -250,6 +270,8 @@ def main(argv: list[str]) -> int:
                     help="build: the llama-cpp-python sdist (or a trimmed tarball of its llama.cpp tree) instead of "
                          "downloading it")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="model: the weights' seed (another seed, another model of "
+                    "the same shape and vocabulary)")
     ap.add_argument("--size", choices=["tiny", "gpu"], default="tiny",
                     help=f"model: tiny {MODEL_SHAPE} F32 for the CPU, gpu {GPU_MODEL_SHAPE} F16 (n_embd, n_layer, "
                          f"n_ff)")
@@ -259,7 +281,8 @@ def main(argv: list[str]) -> int:
             print(build(jobs=a.jobs, cuda=a.cuda, source=a.source))
         elif a.what == "model":
             t0 = time.monotonic()
-            print(make_model(shape=GPU_MODEL_SHAPE, f16=True) if a.size == "gpu" else make_model())
+            print(make_model(shape=GPU_MODEL_SHAPE, f16=True, seed=a.seed) if a.size == "gpu" else
+                  make_model(seed=a.seed))
             _log(f"model ready in {time.monotonic() - t0:.1f} s")
         else:
             print(f"llama-server: {server_path()}\nllama-server (CUDA): {server_path(cuda=True)}\n"
