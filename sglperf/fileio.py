@@ -11,6 +11,8 @@ from pathlib import Path
 from filelock import FileLock
 from orjson import OPT_APPEND_NEWLINE, dumps
 
+from .categories import UsageError
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
@@ -36,6 +38,18 @@ def atomic_write_json(path: str | Path, obj, *, indent: int | None = 2) -> Path:
     if str(path).endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     return atomic_write_bytes(path, data)
+
+
+def check_writable(d: str | Path, what: str, option: str) -> None:
+    """A directory this run will write into can be written now (created if missing): a usage error naming the
+    option that chose it otherwise, before anything is measured."""
+    try:
+        Path(d).mkdir(parents=True, exist_ok=True)
+        probe = Path(d) / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{what} {d} is not writable ({e.strerror or e}); choose another with {option}") from None
 
 
 def lock_for(path: str | Path, timeout: float = 60.0) -> FileLock:

@@ -19,12 +19,13 @@ from . import engines, profiles
 from .environment import fingerprint, gpu
 from .report import allure as report
 from . import launch as launcher
+from .fileio import check_writable
 from .categories import INFRA, INVALID, InfraError, UsageError
 from .measure.client import Target, Workload
 from .measure.shards import parse_client_procs, resolve_client_procs
-from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
+from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, parse_levels, run_level
 from .measure.metrics import MeasurementPolicy
-from .measure.negotiate import negotiate
+from .measure.negotiate import connect, vocabulary_problem
 from .redact import api_key_from_env, redact, redact_argv
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
 from .records import Ceiling, LevelResult
@@ -71,20 +72,7 @@ class SuiteOptions:
         if self.baseline_file and not Path(self.baseline_file).is_file():
             raise UsageError(f"--baseline-file {self.baseline_file}: no such file")
 
-    @staticmethod
-    def parse_levels(text: str | None) -> tuple[int, ...]:
-        if not text:
-            return ()
-        parts = [x.strip() for x in text.split(",")]
-        if "" in parts:
-            raise UsageError(f"--levels {text!r} has an empty entry; give comma-separated integers like 8,16,32")
-        try:
-            lv = sorted({int(x) for x in parts})
-        except ValueError:
-            raise UsageError(f"--levels must be comma-separated integers, got {text!r}") from None
-        if not lv or lv[0] < 1:
-            raise UsageError(f"--levels must be positive integers, got {text!r}")
-        return tuple(lv)
+    parse_levels = staticmethod(parse_levels)
 
     def recorded(self) -> dict:
         """The options a run file keeps (redacted)."""
@@ -295,25 +283,22 @@ class Suite:
             raise
 
     def _learn(self, prof, cname, engine, server, template, flags, lock, api_key) -> ConfigRun:
-        info = engine.server_info(server.url, api_key)
-        fp = fingerprint.collect(engine, info, template, prof.model_path(self.opts.model_path),
-                                 server_env=dict(prof.server.env))
         w = prof.workload
-        workload = w.client_workload(self.opts.tokenizer)
-        target = Target.for_engine(server.url, engine, api=w.api, prompt_format=w.prompt_format, api_key=api_key,
-                                   model=engine.served_model(server.url, api_key, info))
-        negotiated: list[str] = []
-        if engine.negotiates:
-            target, workload, negotiated = negotiate(target, workload)
-        run = ConfigRun(self, prof, cname, engine, server, target, workload, info,
-                        engine.ceiling(info, w.isl, w.osl), fp, lock)
+        conn = connect(server.url, engine, w.client_workload(self.opts.tokenizer), api=w.api,
+                       prompt_format=w.prompt_format, api_key=api_key)
+        problem = vocabulary_problem(conn.workload, conn.vocab_size)
+        if problem:
+            raise UsageError(f"profile {prof.name}: [workload] vocab_low/vocab_high: {problem}; set vocab_high to "
+                             f"at most {conn.vocab_size}")
+        fp = fingerprint.collect(engine, conn.server_info, template, prof.model_path(self.opts.model_path),
+                                 server_env=dict(prof.server.env))
+        run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info,
+                        engine.ceiling(conn.server_info, w.isl, w.osl), fp, lock)
         rec = self.recorder(prof)
         rec.set_fingerprint(fp, cname)
         rec.set_server(cname, ServerDoc(
-            url=server.url, argv=server.display_argv, log=run.log_path, server_info=info,
-            ceiling=run.ceiling.__dict__ if run.ceiling else None,
-            engine=engine.describe() | {"wire": target.wire.name, "prompt_format": workload.prompt_format,
-                                        "negotiated": negotiated},
+            url=server.url, argv=server.display_argv, log=run.log_path, server_info=conn.server_info,
+            ceiling=run.ceiling.__dict__ if run.ceiling else None, engine=conn.describe(engine),
             flag_check={"source": flags.source, "problems": list(flags.problems)} if flags else None))
         self.runs[(prof.name, cname)] = run
         return run
@@ -433,16 +418,6 @@ class Suite:
         lines += [f"cleaned up before this run: {c}" for c in self.cleaned]
         lines += [f"INFRASTRUCTURE: could not write: {p}" for p in self.late_problems]
         return lines
-
-
-def check_writable(d: Path, what: str, option: str) -> None:
-    try:
-        Path(d).mkdir(parents=True, exist_ok=True)
-        probe = Path(d) / f".write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"{what} {d} is not writable ({e.strerror or e}); choose another with {option}") from None
 
 
 def _fmt(x) -> str:

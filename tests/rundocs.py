@@ -29,3 +29,14 @@ def run_doc(run_id: str, levels: dict[int, LevelResult], *, config: str = "rr24-
                   hardware_class=hardware_class,
                   configs={config: ConfigDoc(levels={str(lv): LevelDoc(**r.to_dict(), stop_reason="converged")
                                                      for lv, r in levels.items()})})
+
+
+def bench_levels(doc: dict) -> list[dict]:
+    """The levels of a `sglperf bench --json` document (a RunDoc of kind "bench", one config), in order."""
+    assert doc["kind"] == "bench"
+    return list(doc["configs"]["bench"]["levels"].values())
+
+
+def bench_engine(doc: dict) -> dict:
+    """What the bench document says of the engine it measured (detected or given, wire, prompts, negotiation)."""
+    return doc["configs"]["bench"]["server"]["engine"]

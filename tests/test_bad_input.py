@@ -208,3 +208,15 @@ def test_an_api_key_given_through_server_arg_is_stored_nowhere_in_clear(tmp_path
 def _no_leftovers(tmp_path):
     yield
     assert not sim_processes(str(tmp_path)), "a server of this test survived"
+
+
+def test_a_profile_whose_prompt_ids_the_served_model_lacks_fails_before_any_level(tmp_path):
+    profile = tmp_path / "wide.toml"
+    profile.write_text((ROOT / "profiles" / "sim-ci.toml").read_text().replace("vocab_high = 32000",
+                                                                               "vocab_high = 40000"))
+    p, out = suite(tmp_path, "--profile", str(profile), "--levels", "8")
+    assert p.returncode == 1, out[-3000:]
+    assert ("USAGE ERROR: profile sim-ci: [workload] vocab_low/vocab_high: prompt ids are drawn from [100, 40000) "
+            "but the served model's vocabulary has 32000 tokens; set vocab_high to at most 32000") in out
+    assert not list((tmp_path / "reports" / "runs").glob("*/*.records.jsonl.gz")), "nothing was measured"
+    assert_clean(tmp_path)

@@ -9,6 +9,9 @@ import time
 
 import pytest
 
+from sglperf.record.rundoc import load_run
+
+from .rundocs import bench_engine, bench_levels
 from .conftest import as_background_job
 
 
@@ -24,11 +27,12 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     assert "goodput tok/s (met)" in p.stdout, "goodput beside throughput when an SLO is given"
     assert "[c4]" in p.stderr, "live progress lines"
     doc = json.loads(out_json.read_text())
-    assert doc["schema_version"] == 1 and doc["arguments"]["levels"] == [4, 16]
-    assert doc["engine"] == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False, "detected": True,
-                             "prompt_format": "ids"}
+    assert doc["schema_version"] == 1 and doc["options"]["levels"] == [4, 16] and doc["status"] == "finished"
+    load_run(out_json)  # the suite's own typed document: every reader validates it
+    assert bench_engine(doc) == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False,
+                                 "detected": True, "prompt_format": "ids", "negotiated": [], "vocab_range": [1000, 32000]}
     assert "engine: sim (detected), wire sglang, ids prompts" in p.stdout
-    for lvl in doc["levels"]:
+    for lvl in bench_levels(doc):
         for key in ["concurrency", "sustained_output_tps", "sustained_output_tps_ci95", "sustained_total_tps",
                     "whole_run_output_tps", "peak_output_tps", "achieved_concurrency", "server_output_tps",
                     "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "errors", "valid", "invalid_reasons", "window_s",
@@ -38,7 +42,7 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
         assert lvl["valid"] is True
         assert 0 < lvl["goodput_tps"] <= lvl["sustained_output_tps"] * 1.1 and 0 < lvl["slo_met_share"] <= 1
     rows = [json.loads(x) for x in gzip.decompress(records.read_bytes()).splitlines()]
-    assert {r["level"] for r in rows} == {0, 1} and all(r["error"] is None for r in rows)
+    assert {r["level"] for r in rows} == {4, 16} and all(r["error"] is None for r in rows)
 
 
 def test_bench_exits_non_zero_when_a_level_is_invalid(start_sim):
@@ -85,4 +89,16 @@ def test_ctrl_c_during_the_second_level_stops_at_once_and_keeps_the_first(start_
     assert "interrupted during c16: 1 finished level(s) above" in err
     assert "c8" in out and "c16" not in out.split("sustained = steady-state")[0].split("\n", 2)[-1]
     doc = json.loads(out_json.read_text())
-    assert doc["status"] == "interrupted" and [lv["concurrency"] for lv in doc["levels"]] == [8]
+    assert doc["status"] == "interrupted" and [lv["concurrency"] for lv in bench_levels(doc)] == [8]
+
+
+def test_prompt_ids_outside_the_served_vocabulary_are_refused_before_any_level(start_sim):
+    srv = start_sim("--enable-metrics")  # the ci preset serves a 32,000-token vocabulary
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "4",
+                        "--vocab-range", "1000,40000"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--vocab-range 1000,40000: the served model's vocabulary has 32000 tokens; give HIGH <= 32000" in p.stderr
+    assert "[c4]" not in p.stderr, "nothing was measured"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "4",
+                        "--vocab-range", "100"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "expected LOW,HIGH (two integers, e.g. 1000,30000), got '100'" in p.stderr

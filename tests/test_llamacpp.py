@@ -20,6 +20,8 @@ from sglperf.launch import LaunchSpec, launch
 from sglperf.measure.level import LevelSpec, ServerWatch, measure_level
 from sglperf.measure.metrics import MeasurementPolicy
 
+from .rundocs import bench_engine, bench_levels
+
 
 def sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -149,15 +151,18 @@ def test_bench_against_llama_server_needs_no_flags_and_gets_no_connection_errors
     out_json = tmp_path / "bench.json"
     try:
         p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "1,2,4,8,16",
-                            "--isl", "32", "--osl", "32", "--vocab-range", f"{llamacpp_build.FIRST_WORD_ID},"
-                            f"{llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS}", "--ci-target", "0.05", "--max-seconds", "6",
+                            "--isl", "32", "--osl", "32", "--ci-target", "0.05", "--max-seconds", "6",
                             "--json", str(out_json)], capture_output=True, text=True, timeout=300)
     finally:
         assert not srv.stop().survivors
     doc = json.loads(out_json.read_text())
-    assert doc["engine"] == {"engine": "llamacpp", "wire": "openai", "new_connection_per_request": True,
-                             "detected": True, "prompt_format": "ids"}, p.stdout + p.stderr
-    errors = {lv["concurrency"]: lv["errors"] for lv in doc["levels"]}
-    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2, 4, 8, 16]
+    # no --vocab-range: the prompt ids come from the vocabulary llama-server reports (/v1/models meta.n_vocab)
+    n_vocab = llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS
+    assert bench_engine(doc) == {"engine": "llamacpp", "wire": "openai", "new_connection_per_request": True,
+                                 "detected": True, "prompt_format": "ids", "negotiated": [],
+                                 "vocab_range": [n_vocab // 4, n_vocab]}, p.stdout + p.stderr
+    levels = bench_levels(doc)
+    errors = {lv["concurrency"]: lv["errors"] for lv in levels}
+    assert [lv["concurrency"] for lv in levels] == [1, 2, 4, 8, 16]
     assert all(not e.get("connection") for e in errors.values()), errors
-    assert all(lv["completed"] > 0 for lv in doc["levels"])
+    assert all(lv["completed"] > 0 and lv["valid"] for lv in levels), p.stdout

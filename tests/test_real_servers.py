@@ -14,11 +14,11 @@ import requests
 
 from sglperf.launch import LaunchSpec, launch
 from sglperf.measure.level import systematic_failure
-from sglperf.records import RequestRecord
-from sglperf.records import FULL, Shape
+from sglperf.records import FULL, RequestRecord, Shape
 from sglperf.measure.wire import OPENAI
 
 from .conftest import user_env
+from .rundocs import bench_engine, bench_levels
 
 ROOT = Path(__file__).resolve().parent.parent
 STRICT = [sys.executable, str(ROOT / "tests" / "strict_server.py")]
@@ -70,13 +70,13 @@ def test_a_strict_server_gets_valid_levels_with_text_and_chat_prompts(strict, wo
     p, doc, _ = bench(srv.url, "--prompt-format", fmt, "--tokenizer", str(word_tokenizer), "--levels", "2,4",
                       "--ci-target", "0.05", "--max-seconds", "30")
     assert p.returncode == 0, p.stdout + p.stderr
-    eng = doc["engine"]
+    eng = bench_engine(doc)
     assert eng["engine"] == "openai" and eng["detected"] and eng["prompt_format"] == fmt
     assert eng["wire"] == ("chat" if fmt == "chat" else "openai")
     said = " | ".join(eng["negotiated"])
     assert "ignore_eos refused" in said and "Unexpected fields in the request: {'ignore_eos'}" in said, said
     assert "min_tokens refused too" in said and "usage on every chunk refused" in said, said
-    for lv in doc["levels"]:
+    for lv in bench_levels(doc):
         assert lv["valid"] and lv["errors"] == {} and lv["count_source"] == "usage", lv["invalid_reasons"]
 
 
@@ -122,7 +122,7 @@ def test_a_server_that_refuses_everything_ends_the_level_within_seconds_in_its_o
     assert p.returncode == 1
     words = "model 'strict-model' is not loaded on this replica"
     assert words in p.stdout and "every request failed" in p.stdout, p.stdout
-    lv = doc["levels"][0]
+    lv = bench_levels(doc)[0]
     assert not lv["valid"] and words in lv["invalid_reasons"][0]
     assert lv["duration_s"] < 5, f"the level should stop at once, took {lv['duration_s']:.1f} s"
     assert took < 15
@@ -135,7 +135,7 @@ def test_a_prompt_count_that_differs_from_isl_makes_the_level_invalid_naming_bot
     p, doc, _ = bench(srv.url, "--prompt-format", "text", "--tokenizer", str(word_tokenizer), "--levels", "2",
                       "--ci-target", "0.05", "--max-seconds", "10")
     assert p.returncode == 1
-    reasons = " ".join(doc["levels"][0]["invalid_reasons"])
+    reasons = " ".join(bench_levels(doc)[0]["invalid_reasons"])
     assert f"the server counted {ISL + 3} prompt tokens for a {ISL}-token prompt" in reasons, reasons
 
 
@@ -231,3 +231,20 @@ def test_only_what_the_shape_allows_is_sent():
     assert "ignore_eos" not in strict and "min_tokens" not in strict and strict["stream_options"] == {
         "include_usage": True} and strict["prompt"] == "w1 w2 w3 w4"
     assert OPENAI.body(Prompt(ids=[1]), w, None, Shape(ignore_eos=False, min_tokens=True))["min_tokens"] == 8
+
+
+def test_a_server_that_does_not_say_its_vocabulary_needs_a_range_or_a_tokenizer(strict, word_tokenizer, tmp_path):
+    srv = strict()
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "does not say its model's vocabulary size: give --vocab-range LOW,HIGH" in p.stderr
+    # with the model's tokenizer, its vocabulary gives the range
+    out = tmp_path / "bench.json"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "2", "--isl",
+                        str(ISL), "--osl", str(OSL), "--prompt-format", "text", "--tokenizer", str(word_tokenizer),
+                        "--max-seconds", "10", "--ci-target", "0.2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    vocab = json.loads(word_tokenizer.read_text())["model"]["vocab"]
+    assert bench_engine(json.loads(out.read_text()))["vocab_range"] == [min(1000, len(vocab) // 4), len(vocab)], \
+        p.stdout + p.stderr

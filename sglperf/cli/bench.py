@@ -1,38 +1,49 @@
-"""`sglperf bench`: an ad-hoc sweep of a running server: live progress per level, a table, run JSON, records.
+"""`sglperf bench`: an ad-hoc sweep of a running server: live progress per level, a table, a run document
+(`--json`: the suite's typed RunDoc, kind "bench") and per-request records.
 
-Why a separate command: engineers tune by hand between suite runs; the same client and maths as the suite.
+Why a separate command: engineers tune by hand between suite runs; it runs each level through the suite's own code
+(connect, run_level), so the same level sends the same prompts and gets the same maths.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import datetime as dt
 import sys
 from pathlib import Path
 
-from .. import __version__, engines
+from .. import engines
 from ..categories import SglperfError, UsageError
-from ..measure.client import Target, Workload
-from ..measure.shards import parse_client_procs, resolve_client_procs
-from ..fileio import atomic_write_json, write_jsonl
+from ..fileio import check_writable, write_jsonl
 from ..interrupts import interrupt_on_sigterm
-from ..measure.level import LevelMeasurement, LevelSpec, run_level
+from ..measure.client import Workload
+from ..measure.level import LevelSpec, parse_levels, run_level
 from ..measure.metrics import MeasurementPolicy
-from ..measure.negotiate import negotiate
+from ..measure.negotiate import connect
 from ..measure.prompts import FORMATS, Tokenizer
-from ..records import SCHEMA_VERSION, LevelResult
-from ..redact import api_key_from_env, redact
+from ..measure.shards import parse_client_procs, resolve_client_procs
+from ..record.recorder import RunRecorder, ServerDoc
+from ..records import LevelResult
+from ..redact import api_key_from_env
+
+CONFIG = "bench"  # the run document's one config
 
 
 def int_list(text: str) -> list[int]:
     try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
+        return list(parse_levels(text))
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--levels ")) from None
+
+
+def vocab_range(text: str) -> tuple[int, int]:
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        low, high = (int(x) for x in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"levels must be positive integers, got {text!r}")
-    return vals
+        raise argparse.ArgumentTypeError(f"expected LOW,HIGH (two integers, e.g. 1000,30000), got {text!r}") from None
+    if not 0 <= low < high:
+        raise argparse.ArgumentTypeError(f"expected 0 <= LOW < HIGH, got {text!r}")
+    return low, high
 
 
 def float_list(text: str) -> list[float]:
@@ -63,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstiness", type=float, default=1.0)
     p.add_argument("--isl", type=int, default=128)
     p.add_argument("--osl", type=int, default=128)
-    p.add_argument("--vocab-range", default="1000,30000", help="prompt ids are drawn from [LOW,HIGH)")
+    p.add_argument("--vocab-range", type=vocab_range, default=None, help="prompt ids are drawn from [LOW,HIGH) "
+                   "(default: from the served model's vocabulary V, [min(1000, V/4), V); else from --tokenizer's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
     p.add_argument("--ci-target", type=float, default=0.01, help="CI half-width / sustained to stop at (0.01)")
@@ -124,49 +136,65 @@ def table(results: list[LevelResult]) -> str:
     return "\n".join(rows)
 
 
-def run(args: argparse.Namespace, out: list[LevelMeasurement], ctx: dict) -> None:
-    """Measure every level into `out` (so an interrupt keeps the finished ones); `ctx` gets what was learned."""
+def vocabulary(given: tuple[int, int] | None, served: int | None, tokenizer: Tokenizer | None,
+               url: str) -> tuple[int, int]:
+    """Prompt ids the served model has: --vocab-range if given (and inside the model's vocabulary, where it is
+    known), else [min(1000, V/4), V) of the vocabulary the server says (or the tokenizer's, where it does not)."""
+    size = served or (tokenizer.vocab_size if tokenizer is not None else None)
+    if given is not None:
+        if served is not None and given[1] > served:
+            raise UsageError(f"--vocab-range {given[0]},{given[1]}: the served model's vocabulary has {served} "
+                             f"tokens; give HIGH <= {served}")
+        return given
+    if size is None:
+        raise UsageError(f"{url} does not say its model's vocabulary size: give --vocab-range LOW,HIGH (prompt ids "
+                         f"the model has) or --tokenizer PATH")
+    return min(1000, size // 4), size
+
+
+def run(args: argparse.Namespace, rec: RunRecorder, ctx: dict) -> None:
+    """Measure every level into the run document (so an interrupt keeps the finished ones)."""
     key = api_key_from_env()
     url = engines.check_url(args.url, "--url")
-    lo, hi = (int(x) for x in args.vocab_range.split(","))
-    workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
-                        prompt_format=args.prompt_format,
-                        tokenizer=Tokenizer(args.tokenizer) if args.tokenizer else None)
     engine = engines.get(args.engine) if args.engine else engines.detect(url, key)
     ctx["engine"] = engine.describe() | {"detected": args.engine is None}
     engine.reach(url, key)
-    server_info = engine.server_info(url, key)
-    ctx["server_info"] = server_info
-    model = args.model or engine.served_model(url, key, server_info)
-    target = Target.for_engine(url, engine, api=args.api, prompt_format=args.prompt_format, api_key=key, model=model)
-    if engine.negotiates:
-        target, workload, notes = negotiate(target, workload)
-        ctx["engine"]["negotiated"] = notes
-        for n in notes:
-            print(f"sglperf bench: {n}", file=sys.stderr)
-    ctx["engine"]["wire"] = target.wire.name
-    ctx["engine"]["prompt_format"] = workload.prompt_format
+    info = engine.server_info(url, key)
+    tokenizer = Tokenizer(args.tokenizer) if args.tokenizer else None
+    lo, hi = vocabulary(args.vocab_range, engine.vocab_size(url, key, info), tokenizer, url)
+    workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
+                        prompt_format=args.prompt_format, tokenizer=tokenizer)
+    conn = connect(url, engine, workload, api=args.api, prompt_format=args.prompt_format, api_key=key,
+                   model=args.model, info=info)
+    for n in conn.negotiated:
+        print(f"sglperf bench: {n}", file=sys.stderr)
+    ctx["engine"] = conn.describe(engine) | {"detected": args.engine is None, "vocab_range": [lo, hi]}
+    rec.set_server(CONFIG, ServerDoc(url=url, argv=[], server_info=info, engine=ctx["engine"]))
     policy = MeasurementPolicy(ci_target=args.ci_target, steady_state_ratio=args.ratio,
                                slo_ttft_ms=args.slo_ttft_ms, slo_tpot_ms=args.slo_tpot_ms)
-    specs = ([LevelSpec(concurrency=c, max_seconds=args.max_seconds, min_seconds=args.min_seconds,
-                        stall_timeout_s=args.stall_timeout, request_timeout_s=args.request_timeout)
-              for c in (args.levels or [8, 16, 32])]
-             if not args.rates else
-             [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness,
-                        max_seconds=args.max_seconds, min_seconds=args.min_seconds,
-                        stall_timeout_s=args.stall_timeout, request_timeout_s=args.request_timeout) for r in args.rates])
     setting, previous = parse_client_procs(args.client_procs), None
-    for spec in specs:
+    for spec in specs(args):
         procs = resolve_client_procs(setting, spec.concurrency, previous) if spec.concurrency else 1
-        m = run_level(target, workload, spec, policy, engine=engine, progress=_progress, client_procs=procs,
+        m = run_level(conn.target, conn.workload, spec, policy, engine=engine, progress=_progress, client_procs=procs,
                       flush=not args.no_flush)
-        previous = m.result
         if sys.stderr.isatty():
             print(file=sys.stderr)
         if m.stop_reason == "interrupted":
             ctx["interrupted_level"] = spec.label
             return
-        out.append(m)
+        previous = m.result
+        rec.add_level(CONFIG, spec.concurrency if spec.concurrency is not None else spec.label, m.result, m.records,
+                      m.server_samples, m.stop_reason, m.scrape_source, m.extra.get("epoch_ms"))
+        ctx.setdefault("measurements", []).append(m)
+
+
+def specs(args: argparse.Namespace) -> list[LevelSpec]:
+    common = dict(max_seconds=args.max_seconds, min_seconds=args.min_seconds, stall_timeout_s=args.stall_timeout,
+                  request_timeout_s=args.request_timeout)
+    if args.rates:
+        return [LevelSpec(rate=r, max_concurrency=args.max_concurrency, burstiness=args.burstiness, **common)
+                for r in args.rates]
+    return [LevelSpec(concurrency=c, **common) for c in (args.levels or [8, 16, 32])]
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -174,25 +202,28 @@ def check_outputs(args: argparse.Namespace) -> None:
     for option, value in (("--json", args.json_path), ("--records", args.records)):
         if value:
             d = Path(value).resolve().parent
-            if not d.is_dir() or not os.access(d, os.W_OK):
-                why = "is not writable" if d.is_dir() else "does not exist"
-                raise UsageError(f"{option} {value}: the directory {d} {why}")
+            if not d.is_dir():
+                raise UsageError(f"{option} {value}: the directory {d} does not exist")
+            check_writable(d, f"{option} {value}: the directory", option)
 
 
 def main(args: argparse.Namespace) -> int:
-    measurements: list[LevelMeasurement] = []
     ctx: dict = {}
     interrupted = False
     interrupt_on_sigterm()  # Ctrl-C and SIGTERM keep the finished levels, in a background job too
+    options = {k: v for k, v in vars(args).items() if k != "func"}
+    rec = RunRecorder(Path("."), "bench", args.engine or "detected", options, kind="bench",
+                      path=Path(args.json_path) if args.json_path else None)
     try:
         check_outputs(args)
-        run(args, measurements, ctx)
+        run(args, rec, ctx)
     except (ValueError, SglperfError) as e:
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, UsageError)) else 1
     except KeyboardInterrupt:
         interrupted = True  # the finished levels are still reported and written
     interrupted = interrupted or "interrupted_level" in ctx
+    measurements = ctx.get("measurements", [])
     results = [m.result for m in measurements]
     print(table(results))
     if ctx.get("engine"):
@@ -203,18 +234,14 @@ def main(args: argparse.Namespace) -> int:
     if interrupted:
         print(f"interrupted{' during ' + ctx['interrupted_level'] if 'interrupted_level' in ctx else ''}: "
               f"{len(results)} finished level(s) above", file=sys.stderr)
+    if ctx.get("engine"):
+        rec.doc.engine = ctx["engine"]["engine"]
+    rec.finish("interrupted" if interrupted else "finished", not interrupted)
     if args.json_path:
-        doc = {"schema_version": SCHEMA_VERSION, "kind": "bench", "sglperf_version": __version__,
-               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "status": "interrupted" if interrupted else "finished",
-               "arguments": {k: v for k, v in vars(args).items() if k != "func"}, "engine": ctx.get("engine"),
-               "server_info": ctx.get("server_info"), "levels": [r.to_dict() for r in results],
-               "scrape_source": [m.scrape_source for m in measurements]}
-        atomic_write_json(args.json_path, redact(doc))
         print(f"run JSON: {args.json_path}")
     if args.records:
-        write_jsonl(args.records, ({"level": i, **vars(rec)} for i, m in enumerate(measurements)
-                                   for rec in m.records))
+        write_jsonl(args.records, ({"level": m.result.concurrency if m.result.concurrency is not None else
+                                    f"r{m.result.rate:g}", **vars(r)} for m in measurements for r in m.records))
         print(f"records: {args.records}")
     if interrupted:
         return 130

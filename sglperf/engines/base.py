@@ -136,6 +136,17 @@ class Engine:
         except (requests.RequestException, ValueError, AttributeError, IndexError, TypeError):
             return None
 
+    def vocab_size(self, url: str, api_key: str | None, info: dict, timeout: float = 10.0) -> int | None:
+        """The served model's vocabulary, where the server says it: /v1/models data[0].meta.n_vocab (llama.cpp);
+        None where it does not."""
+        try:
+            r = requests.get(url + "/v1/models", headers=auth_headers(api_key), timeout=timeout)
+            data = r.json().get("data") if r.status_code == 200 else None
+            n = (data[0].get("meta") or {}).get("n_vocab") if data else None
+        except (requests.RequestException, ValueError, AttributeError, IndexError, TypeError):
+            return None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
     def flush(self, url: str, api_key: str | None, timeout: float = 60.0) -> str:
         if not self.flush_path:
             return "not supported"

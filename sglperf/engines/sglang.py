@@ -5,6 +5,7 @@ imports, else by the vendored 0.5.23 flag list."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from importlib import metadata
 from pathlib import Path
@@ -92,6 +93,17 @@ class SGLang(Engine):
                             used_tokens=total("num_used_tokens"), max_total_tokens=total("max_total_num_tokens"),
                             token_usage=sum(usage) / len(usage) if usage else None,
                             gen_throughput=total("gen_throughput"))
+
+    def vocab_size(self, url, api_key, info, timeout=10.0):
+        """From the model's config.json where the model path is a local directory (SGLang's /server_info gives the
+        path, not the size)."""
+        path = info.get("model_path") or info.get("tokenizer_path")
+        try:
+            config = json.loads((Path(path) / "config.json").read_text()) if path else None
+        except (OSError, ValueError):
+            return None
+        n = config.get("vocab_size") if isinstance(config, dict) else None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
     def served_model(self, url, api_key, info, timeout=10.0):
         return info.get("served_model_name") or super().served_model(url, api_key, info, timeout)

@@ -17,6 +17,10 @@ class Sim(SGLang):
         sim = (info or {}).get("sglperf_simulator") or {}
         return f"sim:{sim.get('preset', 'unknown')}"
 
+    def vocab_size(self, url, api_key, info, timeout=10.0):
+        n = ((info or {}).get("sglperf_simulator") or {}).get("vocab_size")
+        return n if isinstance(n, int) and n > 0 else None
+
     def check_flags(self, argv: list[str]) -> FlagCheck:
         from ..sim.args import build_parser
 

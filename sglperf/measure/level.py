@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from ..categories import UsageError
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
 from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
 from ..environment.gpu import GpuMonitor
@@ -19,6 +20,22 @@ from ..environment.host import HostMonitor
 from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
 from .shards import ShardedLoad
+
+
+def parse_levels(text: str | None, option: str = "--levels") -> tuple[int, ...]:
+    """Comma-separated concurrencies, sorted and unique; a usage error naming the option otherwise."""
+    if not text:
+        return ()
+    parts = [x.strip() for x in text.split(",")]
+    if "" in parts:
+        raise UsageError(f"{option} {text!r} has an empty entry; give comma-separated integers like 8,16,32")
+    try:
+        lv = sorted({int(x) for x in parts})
+    except ValueError:
+        raise UsageError(f"{option} must be comma-separated integers, got {text!r}") from None
+    if not lv or lv[0] < 1:
+        raise UsageError(f"{option} must be positive integers, got {text!r}")
+    return tuple(lv)
 
 
 @dataclass(frozen=True)

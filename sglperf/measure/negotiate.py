@@ -10,6 +10,7 @@ accept; the suite should measure them anyway, or say in one line why it cannot.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 
 import requests
 
@@ -65,3 +66,42 @@ def negotiate(target: Target, workload: Workload, timeout: float = 30.0) -> tupl
         target = dataclasses.replace(target, shape=shape)
         notes.append(f"{what} ({said})")
     return target, workload, notes
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A server the load generator can talk to: where and how (target), what to send (the workload, after
+    negotiation), what the server says of itself, the vocabulary it serves (None where it does not say), and what
+    negotiation changed, in words."""
+
+    target: Target
+    workload: Workload
+    server_info: dict = field(default_factory=dict)
+    vocab_size: int | None = None
+    negotiated: tuple[str, ...] = ()
+
+    def describe(self, engine) -> dict:
+        return engine.describe() | {"wire": self.target.wire.name, "prompt_format": self.workload.prompt_format,
+                                    "negotiated": list(self.negotiated)}
+
+
+def connect(url: str, engine, workload: Workload, *, api: str | None = None, prompt_format: str = "ids",
+            api_key: str | None = None, model: str | None = None, info: dict | None = None) -> Connection:
+    """The engine's bring-up, the same for the suite and `sglperf bench`: what the server says of itself, the
+    model to name, the wire, and for a server we know nothing of, what it accepts."""
+    info = engine.server_info(url, api_key) if info is None else info
+    target = Target.for_engine(url, engine, api=api, prompt_format=prompt_format, api_key=api_key,
+                               model=model or engine.served_model(url, api_key, info))
+    notes: list[str] = []
+    if engine.negotiates:
+        target, workload, notes = negotiate(target, workload)
+    return Connection(target, workload, info, engine.vocab_size(url, api_key, info), tuple(notes))
+
+
+def vocabulary_problem(workload: Workload, vocab_size: int | None) -> str | None:
+    """Prompt ids the served model does not have: every request would be refused (llama.cpp: "Prompt contains
+    invalid tokens") or, worse, silently clamped."""
+    if vocab_size is not None and workload.prompt_format == "ids" and workload.vocab_high > vocab_size:
+        return (f"prompt ids are drawn from [{workload.vocab_low}, {workload.vocab_high}) but the served model's "
+                f"vocabulary has {vocab_size} tokens")
+    return None

@@ -33,12 +33,16 @@ def now_iso() -> str:
 
 class RunRecorder:
     def __init__(self, reports_dir: Path, profile: str, engine: str, options: dict, run_id: str | None = None,
-                 notes: list[str] = ()):
+                 notes: list[str] = (), kind: str = "suite", path: Path | None = None):
+        """A suite run's file goes to <reports_dir>/runs/<run-id>.json with its raw records beside it; `path`
+        puts the document elsewhere (sglperf bench --json) and keeps no raw records beside it; a bench run without a path
+        keeps its document in memory only."""
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id or new_run_id()
-        self.path = self.reports_dir / "runs" / f"{self.run_id}.json"
-        self.raw_dir = self.reports_dir / "runs" / self.run_id
-        self.doc = RunDoc(run_id=self.run_id, profile=profile, engine=engine, sglperf_version=__version__,
+        bench = kind == "bench"
+        self.path = Path(path) if path else None if bench else self.reports_dir / "runs" / f"{self.run_id}.json"
+        self.raw_dir = None if path or bench else self.reports_dir / "runs" / self.run_id
+        self.doc = RunDoc(run_id=self.run_id, kind=kind, profile=profile, engine=engine, sglperf_version=__version__,
                           started=now_iso(), options=redact(options), notes=list(notes), pid=os.getpid(),
                           host=socket.gethostname(),
                           ci={k: v for k, v in os.environ.items() if k in CI_VARIABLES})
@@ -71,21 +75,22 @@ class RunRecorder:
         self.doc.ab = ab
         self.flush()
 
-    def add_level(self, config: str, level: int, result: LevelResult, records, server_samples, stop_reason: str,
-                  scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> Path:
-        self.raw_dir.mkdir(parents=True, exist_ok=True)
-        rec_path = write_jsonl(self.raw_dir / f"{config}-c{level}.records.jsonl.gz",
-                               records)
-        samp_path = write_jsonl(self.raw_dir / f"{config}-c{level}.server.jsonl.gz",
-                                server_samples)
+    def add_level(self, config: str, level: int | str, result: LevelResult, records, server_samples,
+                  stop_reason: str, scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> None:
+        files = {}
+        if self.raw_dir is not None:
+            self.raw_dir.mkdir(parents=True, exist_ok=True)
+            rec = write_jsonl(self.raw_dir / f"{config}-c{level}.records.jsonl.gz", records)
+            samp = write_jsonl(self.raw_dir / f"{config}-c{level}.server.jsonl.gz", server_samples)
+            files = dict(records_file=str(rec.relative_to(self.reports_dir)),
+                         server_samples_file=str(samp.relative_to(self.reports_dir)))
         self.config(config).levels[str(level)] = LevelDoc(
-            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms,
-            records_file=str(rec_path.relative_to(self.reports_dir)),
-            server_samples_file=str(samp_path.relative_to(self.reports_dir)))
+            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files)
         self.flush()
-        return rec_path
 
     def flush(self) -> None:
+        if self.path is None:
+            return
         atomic_write_json(self.path, redact(self.doc.model_dump(mode="json")))
 
     def finish(self, status: str, complete: bool) -> Path:

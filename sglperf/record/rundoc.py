@@ -89,7 +89,7 @@ class ConfigDoc(Strict):
 
 class RunDoc(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
-    kind: Literal["suite"] = "suite"
+    kind: Literal["suite", "bench"] = "suite"  # bench: `sglperf bench --json` (profile "bench", one config)
     run_id: str
     profile: str
     engine: str
