@@ -2,8 +2,8 @@
 
 import os
 
-# OpenBLAS starts a worker thread per core when numpy loads, and an idle one still spins: 4% of the load
-# generator's samples on a 2-core host (perf), a core the server may need. Nothing here multiplies large matrices.
+# OpenBLAS starts a worker thread per core when numpy loads, and an idle one still spins (docs/measurement.md), on a
+# core the server may need. Nothing here multiplies large matrices.
 # An explicit setting (or numpy imported before sglperf) wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

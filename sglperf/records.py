@@ -79,8 +79,7 @@ class ServerSample:
     sim_behind_s_total: float | None = None  # ... and how late its loop ran (the host could not keep up)
     # Engines that count busy slots at every decode step (llama.cpp: n_decode_total and n_busy_slots_per_decode):
     # their difference between two scrapes is the mean running count over that interval, counted by the engine at
-    # every step; a snapshot gauge is only what one moment shows (llama.cpp on the H200, its prompt cache on, read
-    # requests_processing 1 at every scrape while 32 slots were busy; with --cache-ram 0 both read 32).
+    # every step; a snapshot gauge is only what one moment shows (docs/measurement.md).
     decode_steps_total: float | None = None
     busy_slot_steps_total: float | None = None
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this

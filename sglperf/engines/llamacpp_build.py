@@ -22,11 +22,9 @@ from ..categories import InfraError
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays
-# For a GPU: 5.9 B params, 11.9 GB F16 (a Llama-7B-like width and depth). Measured on an H200 (docs/gpu-proof.md):
-# the tiny model leaves the GPU idle between llama.cpp's per-step host work (~6,000 tok/s); a 1.66 B one still ran
-# the GPU at ~33% utilisation (3,500 tok/s at c64: ~0.2 ms of host work per token). This one puts ~4x more GPU work
-# in each decode step, so the GPU's share of a step is what batching changes, and the output rate stays within one
-# client process's reach. The layers share one set of random matrices: made in seconds, same cost to serve.
+# For a GPU: 5.9 B params, 11.9 GB F16 (a Llama-7B-like width and depth): enough GPU work per decode step that
+# batching changes the GPU's share of a step, at a rate one client process reaches (docs/measurement.md). The layers
+# share one set of random matrices: made in seconds, same cost to serve.
 GPU_MODEL_SHAPE = (4096, 32, 11008)
 N_WORDS = 1021
 FIRST_WORD_ID = 272  # <unk> <s> </s>, 256 byte tokens, "▁", "w", "0".."9", "▁w", then "▁w0" ... "▁w1020"

@@ -6,11 +6,9 @@ Why: a GPU that slows down for its environment (too hot, a power brake, another 
 INVALID with the cause in words, never a regression; and a clock or power-cap change that the software under test
 caused (a driver that throttles) is a real cause that regression messages and drift name.
 
-Thresholds (documented, measured on the lent H200): thermal slowdowns, HW slowdown and the HW power brake active in
-more than 10% of a window's samples disturb it; so does any compute process on the server's GPUs that is visible
-here and neither the server's nor ours. The SW power cap does not: an H200 running a bf16 matrix product sat at
-688-694 W of its 700 W limit with the SW power cap active in every sample (tests/data/gpu), so capping is how a
-busy GPU runs; its share is named beside the clocks instead.
+Thresholds: thermal slowdowns, HW slowdown and the HW power brake active in more than 10% of a window's samples
+disturb it; so does any compute process on the server's GPUs that is visible here and neither the server's nor ours.
+The SW power cap does not (a busy GPU runs capped: docs/measurement.md); its share is named beside the clocks.
 """
 
 from __future__ import annotations

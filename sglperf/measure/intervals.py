@@ -45,8 +45,8 @@ def regime_shift(times: np.ndarray, tokens: np.ndarray, window: tuple[float, flo
                  min_side: int = 5, alpha: float = 1e-3, min_shift: float = 0.05) -> str | None:
     """Words for a throughput that moved from one steady rate to another inside the window, else None.
 
-    llama.cpp on the H200 with its prompt cache on ran p16 c64 at ~1,010 tok/s for 24 s, then ~1,340 to the end:
-    the level's interval covered both and its mean was neither. The best single split of the window's k batch rates,
+    A server can switch regime mid-level (docs/measurement.md): the interval then covers both and its mean is
+    neither. The best single split of the window's k batch rates,
     by Welch's t-test (scipy), Bonferroni-corrected over the splits tried, at least `min_side` batches each side and
     a shift of at least `min_shift`: named in the level's warnings, so a wide interval says why it is wide."""
     if k < 2 * min_side:

@@ -147,7 +147,6 @@ def request_key(seed: int, stream: int, index: int) -> int:
 
     Why a prompt is HEAD ids of its own and then a window of one seeded pool: every id is uniform in the vocabulary
     range, as bench_serving's random-ids are, and two prompts share a prefix (a radix-cache hit) only where their
-    three head ids agree, about once in 10^13 pairs; windows alone collide (a birthday problem: a few in 4,000 prompts
-    of a 2^20 pool) and share the whole prompt. Drawing ISL ids per request (a seeded numpy Generator, or SplitMix64
-    over numpy arrays) cost 13-47 µs of the client's CPU per request; this costs about four."""
+    three head ids agree; windows alone collide (a birthday problem) and share the whole prompt. Drawing ISL ids per
+    request costs the client several times more CPU (docs/measurement.md)."""
     return _mix(_mix(_mix(seed & _M64) ^ (stream & _M64)) ^ (index & _M64))

@@ -27,8 +27,8 @@ UPDATE_S = 0.25
 START_TIMEOUT_S = 120.0  # a spawned worker imports numpy, aiohttp and sglperf: seconds on a busy host
 
 
-# Chunks/s one client process streams with its loop's lag p99 under 50 ms (benchmarks/client_capacity.py measured
-# 14,900 on this project's 2-core CI machine, uvloop; keep a margin for slower CPUs and busier levels).
+# Chunks/s one client process streams with its loop's lag p99 under 50 ms, with a margin for slower CPUs and busier
+# levels (benchmarks/client_capacity.py; docs/measurement.md).
 CHUNKS_PER_PROC = 6000.0
 
 
