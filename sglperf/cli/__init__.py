@@ -21,24 +21,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("sim", help="run the SGLang-compatible simulator (sglperf sim --help)")
     sub.add_parser("sim-calibrate", help="check the simulator's seed preset against the seed's table")
     sub.add_parser("llamacpp", help="build llama-server / make the tiny model (sglperf llamacpp build|model|paths)")
-    from . import bench
+    from ..report import drift, html
+    from . import baseline, bench
 
-    p = sub.add_parser("bench", help="sweep a running server and print sustained throughput per level")
-    bench.add_arguments(p)
-    p.set_defaults(func=bench.main)
-    from ..report import html, drift
-    from . import baseline
-
-    p = sub.add_parser("report", help="generate the Allure HTML report offline (pinned npm allure)")
-    html.add_arguments(p)
-    p.set_defaults(func=html.main)
-
-    p = sub.add_parser("baseline", help="show, update or calibrate baselines")
-    baseline.add_arguments(p)
-    p.set_defaults(func=baseline.main)
-    p = sub.add_parser("drift", help="change points in the run history, with the environment changes there")
-    drift.add_arguments(p)
-    p.set_defaults(func=drift.main)
+    for name, module, help_ in (
+            ("bench", bench, "sweep a running server and print sustained throughput per level"),
+            ("report", html, "generate the Allure HTML report offline (pinned npm allure)"),
+            ("baseline", baseline, "show, update or calibrate baselines"),
+            ("drift", drift, "change points in the run history, with the environment changes there")):
+        p = sub.add_parser(name, help=help_)
+        module.add_arguments(p)
+        p.set_defaults(func=module.main)
     p = sub.add_parser("launch-cmd", help="print {config: argv} of a profile as JSON")
     p.add_argument("--profile", required=True)
     p.add_argument("--model-path", default=None)
