@@ -33,9 +33,10 @@ def test_config_ab(perf_profile, perf_session, request):
     if base.ceiling is None or tuned.ceiling is None:
         pytest.skip("A/B needs each config's ceiling from /server_info")
     with outcome():  # a malformed baseline is a usage error, not a traceback
-        cvs = {c: base.noise_cvs(c, levels) for c in (prof.ab.base, prof.ab.tuned)}
+        noise = {c: base.noise(c, levels) for c in (prof.ab.base, prof.ab.tuned)}
     v = check_ab(res[prof.ab.base], res[prof.ab.tuned], base.ceiling, tuned.ceiling,
-                 margin=prof.measurement.ab_margin, base_cv=cvs[prof.ab.base], tuned_cv=cvs[prof.ab.tuned])
+                 margin=prof.measurement.ab_margin, base_noise=noise[prof.ab.base],
+                 tuned_noise=noise[prof.ab.tuned])
     perf_session.recorder(prof).set_ab(ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
                                              gains={str(k): g for k, g in v.gains.items()}, lines=list(v.lines),
                                              problems=list(v.problems), outcome=v.outcome, unsure=list(v.unsure)))

@@ -42,12 +42,28 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
         entries = {k: e for k, e in bf.entries(run.name, level).items() if not e.is_latency}
         if not entries:
             pytest.skip(f"{path} has no throughput entry for {run.name} c{level}")
-        verdicts = []
-        for entry in entries.values():
-            env = fingerprint.describe_diff(entry.fingerprint, run.fingerprint) if entry.fingerprint else ""
-            verdicts.append(check_floor(m.result, entry, where=f"{run.where} c{level}", baseline_source=str(path),
-                                        log_path=run.log_path, env_diff=env))
-        settle(verdicts, where=f"{run.where} c{level}", against="floor", disturbed=m.result.disturbances)
+        def judge(starts):
+            return [check_floor(starts, e, where=f"{run.where} c{level}", baseline_source=str(path),
+                                log_path=run.log_path, env_diff=fingerprint.describe_diff(e.fingerprint, run.fingerprint)
+                                if e.fingerprint else "") for e in entries.values()]
+
+        starts, verdicts = [m], judge([m.result])
+        # undecided after the level's own time: measured again after a server restart, while the profile allows
+        while any(v.outcome == "inconclusive" for v in verdicts) and not any(x.result.disturbances for x in starts):
+            why = "; ".join(v.message for v in verdicts if v.outcome == "inconclusive")
+            more = run.replicate(level, why)
+            if more is None:
+                break
+            starts = more
+            print(f"{run.where} c{level}: start {len(starts)} read {starts[-1].result.sustained_output_tps:,.1f} "
+                  f"tok/s (re-measured after a server restart: the floor was undecided)")
+            verdicts = judge([x.result for x in starts])
+        for x in starts[1:]:
+            failure = run.level_failure(x)
+            if failure:
+                pytest.fail(failure, pytrace=False)
+        settle(verdicts, where=f"{run.where} c{level}", against="floor",
+               disturbed=[d for x in starts for d in x.result.disturbances], note=run.replicate_note(level))
 
 
 def test_latency_ceilings(perf_config, level, perf_level, request):

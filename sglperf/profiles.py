@@ -96,6 +96,13 @@ class MeasurementSection(Strict):
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
     # Client processes a closed-loop level's streams are sharded over: a count, or "auto" (sglperf.shards).
     client_procs: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+    # A level whose floor stays undecided when its time is up is measured again after a server restart, up to this
+    # many server starts in all (1: never), while the run has spent less than replicate_budget_s seconds on such
+    # restarts and levels: what one start cannot decide, the mean of several can (judge/noise.py).
+    replicates: int = Field(1, ge=1, le=10)
+    replicate_budget_s: float = Field(900.0, ge=0)
+    # The tolerance a calibrated floor is never let below (sglperf baseline calibrate --min-tolerance).
+    min_tolerance: float = Field(0.03, ge=0, lt=1)
 
 
 class SloSection(Strict):

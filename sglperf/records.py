@@ -204,6 +204,10 @@ class LevelResult:
     scrape_last_error: str | None = None
     # what server_mean_running / server_max_running were read from: "per decode step" (counters) or "snapshots"
     server_running_source: str | None = None
+    # the interval's parts (measure/intervals.py): the batch rates' lag-1 correlation it was inflated for, and the
+    # counting resolution (tok/s) it never goes below
+    ci_ar1: float | None = None
+    ci_resolution_tps: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -9,6 +9,7 @@ lock must be released on every path, which is easiest to see in one place.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from .redact import api_key_from_env, redact, redact_argv
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
 from .records import Ceiling, LevelResult
 from .judge import verdict
+from .judge.noise import Noise
 from .judge.verdict import decides_floor
 
 
@@ -98,6 +100,7 @@ class ConfigRun:
     ceiling: Ceiling | None
     fingerprint: dict
     lock: FileLock | None = None
+    starts: int = 1  # server starts of this config in this run (replicates restart it)
 
     @property
     def where(self) -> str:
@@ -118,6 +121,23 @@ class ConfigRun:
     def baseline(self):
         return self.suite.baseline(self)
 
+    def replicate_note(self, level: int) -> str:
+        """What an undecided verdict adds: how often the level was re-measured, or why it was not."""
+        key = (self.profile.name, self.name, level)
+        done, refused = len(self.suite.replicates.get(key, [])), self.suite.replicate_refused.get(key)
+        m = self.profile.measurement
+        if refused:
+            return f"not re-measured further: {refused}"
+        if m.replicates == 1:
+            return ("re-run, or let the profile re-measure undecided levels after a server restart ([measurement] "
+                    "replicates)")
+        return f"measured over {done + 1} server starts (the profile allows {m.replicates})"
+
+    def replicate(self, level: int, why: str) -> list[LevelMeasurement] | None:
+        """The level's starts so far after one more (a server restart, then the level again), or None where the
+        profile's replicates or the run's budget allow no more."""
+        return self.suite.replicate(self, level, why)
+
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
         r = m.result
@@ -134,22 +154,25 @@ class ConfigRun:
                                           counts_at_completion=self.engine.counts_at_completion,
                                           cap=self.ceiling.effective if self.ceiling else None)
 
-    def noise_cvs(self, config: str, levels) -> dict[int, float]:
-        """Run-to-run CVs the baseline measured for `config`, where it was calibrated."""
+    def noise(self, config: str, levels) -> dict[int, "Noise"]:
+        """The between-start noise the baseline calibrated for `config`'s levels (judge/noise.py), where it did."""
         bf, _ = self.baseline()
         out = {}
         for lv in levels:
             e = bf.entries(config, lv).get("sustained_output_tps") if bf else None
-            if e is not None and e.noise_cv is not None:
-                out[lv] = e.noise_cv
+            if e is not None and e.noise() is not None:
+                out[lv] = e.noise()
         return out
-
 
 class Suite:
     def __init__(self, opts: SuiteOptions):
         self.opts = opts
         self._profiles: dict[str, profiles.Profile] = {}
         self.measurements: dict[tuple[str, str, int], LevelMeasurement] = {}
+        self.replicates: dict[tuple[str, str, int], list[LevelMeasurement]] = {}  # starts after the first
+        self.replicate_spent: dict[str, float] = {}  # per profile: seconds of restarts and re-measured levels
+        self.replicate_refused: dict[tuple[str, str, int], str] = {}
+        self.launch_s: dict[tuple[str, str], float] = {}  # how long each config's last server start took
         self.recorders: dict[str, RunRecorder] = {}
         self.runs: dict[tuple[str, str], ConfigRun] = {}
         self.candidates: list[str] = []
@@ -268,7 +291,9 @@ class Suite:
                 terminate_timeout_s=prof.server.terminate_timeout_s, secrets=(api_key,) if api_key else (),
                 registry=o.reports_dir / ".servers")
             try:
+                t0 = time.monotonic()
                 server = launcher.launch(spec)
+                self.launch_s[(pname, cname)] = time.monotonic() - t0
             except BaseException as e:
                 lock.release()
                 if isinstance(e, launcher.LaunchError):
@@ -313,11 +338,56 @@ class Suite:
         if rep.survivors:
             raise InfraError(f"processes of the server survived teardown: {list(rep.survivors)}")
 
+    def restart(self, run: ConfigRun) -> None:
+        """A fresh start of the config's server: the old one stopped (its teardown recorded), the new one learnt
+        into `run`, which the session's tests hold."""
+        self.close_config(run)
+        fresh = self.open_config(run.profile.name, run.name)
+        for name in ("server", "target", "workload", "server_info", "ceiling", "fingerprint", "lock"):
+            setattr(run, name, getattr(fresh, name))
+        run.starts += 1
+        self.runs[(run.profile.name, run.name)] = run
+
+    def replicate(self, run: ConfigRun, level: int, why: str) -> list[LevelMeasurement] | None:
+        m = run.profile.measurement
+        key = (run.profile.name, run.name, level)
+        have = self.replicates.setdefault(key, [])
+        first = self.measure(run, level)
+        if self.opts.server_url or 1 + len(have) >= m.replicates:
+            return None
+        spent = self.replicate_spent.get(run.profile.name, 0.0)
+        cost = first.result.duration_s + self.launch_s.get(key[:2], 0.0)
+        if spent + cost > m.replicate_budget_s:
+            left = m.replicate_budget_s - spent
+            self.replicate_refused[key] = (f"a replicate would take ~{cost:.0f} s and the run has {left:.0f} s of "
+                                           f"its replicate budget ({m.replicate_budget_s:g} s) left")
+            return None
+        t0 = time.monotonic()
+        self.restart(run)
+        meas = self._measure(run, level)
+        self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
+        have.append(meas)
+        self.recorder(run.profile).add_replicate(run.name, level, meas.result, meas.records, meas.server_samples,
+                                                 meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"], why)
+        return [first, *have]
+
     # ------------------------------------------------------------------ levels
     def measure(self, run: ConfigRun, level: int) -> LevelMeasurement:
         key = (run.profile.name, run.name, level)
         if key in self.measurements:
             return self.measurements[key]
+        meas = self._measure(run, level)
+        self.measurements[key] = meas
+        self.recorder(run.profile).add_level(run.name, level, meas.result, meas.records, meas.server_samples,
+                                             meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
+        if meas.stop_reason == "interrupted":
+            self.interrupted = True
+            raise KeyboardInterrupt(f"interrupted during {run.where} c{level}; its partial result is saved, "
+                                    f"marked incomplete")
+        return meas
+
+    def _measure(self, run: ConfigRun, level: int) -> LevelMeasurement:
+        key = (run.profile.name, run.name, level)
         dead = run.server.crash_reason()
         if dead:
             raise InfraError(dead)
@@ -338,13 +408,6 @@ class Suite:
         except KeyboardInterrupt:
             self.interrupted = True
             raise
-        self.measurements[key] = meas
-        self.recorder(run.profile).add_level(run.name, level, meas.result, meas.records, meas.server_samples,
-                                             meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
-        if meas.stop_reason == "interrupted":
-            self.interrupted = True
-            raise KeyboardInterrupt(f"interrupted during {run.where} c{level}; its partial result is saved, "
-                                    f"marked incomplete")
         return meas
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:

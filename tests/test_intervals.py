@@ -7,10 +7,13 @@ import pytest
 
 from sglperf.record import baselines
 from sglperf.environment.host import HostMonitor, disturbance, parse_psi_total
-from sglperf.measure.metrics import MeasurementPolicy, batch_means, level_result
+from sglperf.measure.intervals import sustained_interval
+from sglperf.measure.metrics import MeasurementPolicy, level_result
 from sglperf.records import HostSample
-from sglperf.judge.verdict import floor_outcome
+from sglperf.judge.verdict import check_floor, floor_outcome
 
+from . import rundocs
+from .streams import KINDS, coverage
 from .test_metrics import closed_loop
 
 
@@ -21,17 +24,33 @@ def test_the_interval_decides_the_floor():
     assert floor_outcome(949.0, None, 950.0) == "regression", "a point metric (whole-run) compares as a point"
 
 
-def test_identical_batches_give_an_unknown_interval_not_zero():
-    times = np.arange(0.0, 10.0, 0.01)  # lockstep: the same tokens in every batch
-    rate, half, k = batch_means(times, np.ones_like(times), (0.0, 10.0), 1.0, 5, 30)
-    assert half is None and k == 10 and rate == pytest.approx(100.0)
-    # seen on the H200 (llama.cpp, 64 slots at c64): identical batches up to float rounding gave "± 0.0" (2.7e-13)
-    # (np.std of 14 equal rates is not exactly 0: the mean rounds)
+def test_a_deterministic_stream_gets_its_counting_resolution_not_zero_and_not_unknown():
+    """Lockstep cohorts deliver the same tokens in every batch: batch means alone gave "±0" (then "unknown", which
+    made a two-thirds drop on the H200 INVALID). The window's count is known to one cohort at each edge, so that is
+    the interval: small, nonzero, and an honest bound."""
+    steps = np.arange(0.0, 10.0, 0.05)  # a decode step every 50 ms, 16 tokens each: 320 tok/s
+    iv = sustained_interval(steps, np.full(steps.size, 16.0), (0.0, 10.0))
+    assert iv.rate == pytest.approx(320.0) and iv.half is not None and iv.half > 0
+    assert iv.resolution == pytest.approx(16.0 / 10.0 * 2, rel=0.5), "about one step's cohort per window edge"
+    assert iv.half / iv.rate < 0.02
+    # seen on the H200 (llama.cpp, 64 slots at c64): identical batches up to float rounding
     k, length = 14, 0.55
     mids = 0.1 + (np.arange(k) + 0.5) * length
-    assert np.full(k, 2053.59 / length).std(ddof=1) > 0
-    rate, half, n = batch_means(mids, np.full(k, 2053.59), (0.1, 0.1 + k * length), length, 5, 30)
-    assert n == k and half is None, f"{half} is rounding, not precision"
+    iv = sustained_interval(mids, np.full(k, 2053.59), (0.1, 0.1 + k * length))
+    assert iv.half is not None and iv.half > 0
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_interval_covers_the_true_rate_at_nominal_95_percent_on_every_kind_of_stream(kind):
+    """Seeded: independent, autocorrelated (AR(1), one lifetime), lockstep and deterministic streams, windows of
+    10-40 lifetimes; at least 93% of intervals hold the true rate (benchmarks/interval_coverage.py prints the table,
+    with the estimator before for comparison)."""
+    def estimate(times, tokens, window):
+        iv = sustained_interval(times, tokens, window)
+        return iv.rate, iv.half
+
+    covered, width = coverage(estimate, kind, trials=2000, seed=11 + list(KINDS).index(kind))
+    assert covered >= 0.93, f"{kind}: {covered:.1%} covered (mean half-width {width:.2%})"
 
 
 def test_a_precision_miss_is_a_warning_and_the_level_stays_valid():
@@ -81,25 +100,42 @@ def test_the_kernels_pressure_file_is_read_as_seconds_stalled():
     assert sample.mem_available_mb and sample.mem_available_mb > 0
 
 
-def test_simulated_false_alarms_and_power_of_the_interval_floor():
-    """An unchanged system against a baseline calibrated from 4 runs: the interval rule raises a false regression
-    in at most 1% of levels; the power to see a 5% drop is printed (it exists only where the tolerance is below
-    5%, i.e. where run-to-run noise is small)."""
+def _judge(entry, runs, replicates: int) -> str:
+    """A floor verdict as the suite reaches it: the first start, then (while undecided) more starts averaged."""
+    starts = [runs()]
+    while True:
+        v = check_floor(starts, entry, where="x", baseline_source="b", log_path=None)
+        if v.outcome != "inconclusive" or len(starts) >= replicates:
+            return v.outcome
+        starts.append(runs())
+
+
+@pytest.mark.parametrize("between, level_ci", [(0.005, 0.01), (0.01, 0.01), (0.03, 0.02)])
+def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
+    """Seeded: a profile of 6 levels calibrated from 5 runs each (their variances pooled), then an unchanged system
+    and one 5% slower, each run as the suite runs it (one start; a second where the first is undecided). False
+    regressions stay at or below 1% of levels; where the between-start noise is small next to 5% (CV 0.5-1%, as the
+    simulator and a quiet CPU engine), a 5% drop is caught in at least 90% of levels at the same level length. The
+    GPU-like row (CV 3%) prints its power: its detectable drop is the calibration's, docs/measurement.md."""
     rng = np.random.default_rng(7)
-    trials = 4000
-    for run_cv, level_ci in ((0.005, 0.01), (0.01, 0.01), (0.03, 0.02)):
-        alarms = inconclusive = caught = 0
-        for _ in range(trials):
-            runs = rng.normal(1000, 1000 * run_cv, 4)
-            mean, _, tol = baselines.calibrated_tolerance(list(runs))
-            floor = mean * (1 - tol)
-            same = rng.normal(1000, 1000 * run_cv)
-            half = same * level_ci
-            outcome = floor_outcome(same, half, floor)
-            alarms += outcome == "regression"
-            inconclusive += outcome == "inconclusive"
-            dropped = rng.normal(950, 950 * run_cv)
-            caught += floor_outcome(dropped, dropped * level_ci, floor) == "regression"
-        print(f"run-to-run CV {run_cv:.1%}, level CI ±{level_ci:.0%}: false regressions {alarms / trials:.2%}, "
-              f"inconclusive {inconclusive / trials:.2%}, a 5% drop caught {caught / trials:.1%}")
-        assert alarms / trials <= 0.01
+    trials, alarms, caught, undecided = 2000, 0, 0, 0
+    for _ in range(trials):
+        mu = rng.uniform(500, 3000, 6)
+
+        def run(m, drop=0.0):
+            value = m * (1 - drop) * (1 + rng.normal(0, between)) * (1 + rng.normal(0, level_ci / 1.96))
+            return rundocs.result(8, value=value, ci=value * level_ci)
+
+        docs = [rundocs.run_doc(f"r{i}", {8 * (j + 1): run(m) for j, m in enumerate(mu)}) for i in range(5)]
+        bf, _ = baselines.calibrate(docs, isl=32, osl=32)
+        j = int(rng.integers(6))
+        entry = bf.entries("rr24-cds4", 8 * (j + 1))["sustained_output_tps"]
+        same = _judge(entry, lambda: run(mu[j]), replicates=2)
+        alarms += same == "regression"
+        undecided += same == "inconclusive"
+        caught += _judge(entry, lambda: run(mu[j], drop=0.05), replicates=2) == "regression"
+    print(f"between-start CV {between:.1%}, level CI ±{level_ci:.0%}: false regressions {alarms / trials:.2%}, "
+          f"undecided after two starts {undecided / trials:.2%}, a 5% drop caught {caught / trials:.1%}")
+    assert alarms / trials <= 0.01
+    if between <= 0.01:
+        assert caught / trials >= 0.90

@@ -107,7 +107,7 @@ def test_a_mean_needs_30_requests_before_it_has_an_interval():
     est, lo, hi = mean_interval(np.arange(float(MIN_FOR_MEAN)))
     assert lo < est < hi
     recs = closed_loop(2, 1.0, 10.0, tokens=16, ttft=0.1)
-    r = level_result(recs, concurrency=2, rate=None, isl=32, osl=16, policy=MeasurementPolicy(min_batches=2))
+    r = level_result(recs, concurrency=2, rate=None, isl=32, osl=16, policy=MeasurementPolicy(min_window_lifetimes=1.0))
     v = check_ceiling(recs, r, entry("ttft_mean_ms", 200.0), where="x", baseline_source="b")
     assert v.outcome == "inconclusive" and "too few for an upper end of the mean interval (it needs 30)" in v.message
 

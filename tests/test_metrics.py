@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sglperf.measure.metrics import (ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, batch_means, level_result,
+from sglperf.measure.intervals import sustained_interval
+from sglperf.measure.metrics import (ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result,
                                     peak_bucket, regime_shift, steady_state_window, summarize,
                                     time_average_inflight, token_arrivals)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
@@ -71,25 +72,38 @@ def test_a_dip_longer_than_the_gap_tolerance_breaks_the_span():
 def test_sustained_rate_counts_tokens_arriving_inside_the_window():
     times = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 9.5])
     tokens = np.array([2, 2, 2, 2, 2, 100])
-    rate, half, k = batch_means(times, tokens, (1.0, 5.0), 0.5, 2, 30)
-    assert rate == pytest.approx(8 / 4.0)
+    assert sustained_interval(times, tokens, (1.0, 5.0)).rate == pytest.approx(8 / 4.0)
 
 
-def test_batch_means_ci_is_t_times_standard_error():
-    # 10 batches of 1 s: rates alternate 90 and 110 tokens/s
+def test_the_interval_is_t_times_the_batches_standard_error_inflated_for_their_correlation_and_the_resolution():
+    # 10 batches of 1 s, each 100 tokens in 100 arrivals, rates alternating 90 and 110 tokens/s
     times, tokens = [], []
     for b in range(10):
-        times.append(b + 0.5)
-        tokens.append(90 if b % 2 else 110)
-    rate, half, k = batch_means(np.array(times), np.array(tokens, float), (0.0, 10.0), 1.0, 5, 10)
-    assert k == 10 and rate == pytest.approx(100.0)
-    sd = np.std([90, 110] * 5, ddof=1)
-    assert half == pytest.approx(stats.t.ppf(0.975, 9) * sd / math.sqrt(10))
+        times += list(b + (np.arange(100) + 0.5) / 100)
+        tokens += [0.9 if b % 2 else 1.1] * 100
+    iv = sustained_interval(np.array(times), np.array(tokens), (0.0, 10.0))
+    assert iv.batches == 10 and iv.rate == pytest.approx(100.0)
+    spread = stats.t.ppf(0.975, 9) * np.std([110, 90] * 5, ddof=1) / math.sqrt(10)
+    assert iv.ar1 == 0.0, "alternating batches are negatively correlated: no inflation"
+    assert iv.half == pytest.approx(math.hypot(spread, iv.resolution)) and 0 < iv.resolution < spread / 5
 
 
-def test_too_short_a_window_gives_no_ci():
-    rate, half, k = batch_means(np.array([0.5]), np.array([1.0]), (0.0, 3.0), 1.0, 5, 30)
-    assert half is None and k == 3
+def test_correlated_batches_widen_the_interval():
+    times = np.arange(0.0, 10.0, 0.01)
+    slow_wave = 1 + 0.1 * np.sin(2 * math.pi * times / 10.0)  # one slow swing over the window: lag-1 near 0.8
+    iv = sustained_interval(times, slow_wave, (0.0, 10.0))
+    plain = stats.t.ppf(0.975, 9) * sustained_interval_rates_sd(times, slow_wave) / math.sqrt(10)
+    assert iv.ar1 > 0.5 and iv.half > 2 * plain
+
+
+def sustained_interval_rates_sd(times, tokens):
+    from sglperf.measure.intervals import batch_rates
+
+    return batch_rates(times, tokens, (0.0, 10.0), 10).std(ddof=1)
+
+
+def test_a_window_without_tokens_gives_no_interval():
+    assert sustained_interval(np.array([5.5]), np.array([1.0]), (0.0, 3.0)).half is None
 
 
 def test_peak_is_the_best_one_second_bucket():
@@ -150,10 +164,10 @@ def test_window_cap_keeps_the_drain_out_of_the_window():
     assert res.window_end == pytest.approx(20.0)
 
 
-def test_invalid_when_the_window_is_too_short_or_the_ci_too_wide():
-    recs = closed_loop(4, 1.0, 4.0)
+def test_invalid_when_the_window_is_shorter_than_two_lifetimes():
+    recs = closed_loop(4, 1.0, 2.5)  # warm-up ends at 1 s: a 1.5-s window of 1-s requests
     res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
-    assert not res.valid and any("shorter than 5 request lifetimes" in r for r in res.invalid_reasons)
+    assert not res.valid and any("shorter than 2 request lifetimes" in r for r in res.invalid_reasons)
 
 
 def test_client_bound_levels_are_invalid():
@@ -240,8 +254,7 @@ def test_a_level_that_changed_regime_inside_its_window_says_so(name, shifted):
     """llama.cpp with its prompt cache on ran ~1,010 tok/s, then ~1,340, inside one 40 s window: the level's interval
     spans both. With the cache off the same level ran in one regime, and nothing is said."""
     t, n, length, lifetime = _h200_window(name)
-    rate, half, k = batch_means(t, n, (0.0, length), lifetime, 5, 30)
-    words = regime_shift(t, n, (0.0, length), k)
+    words = regime_shift(t, n, (0.0, length), min(30, int(length // lifetime)))
     if shifted:
         assert words and "then 1,3" in words and "two regimes" in words, words
         assert words.startswith("throughput changed inside the window: 1,0"), words

@@ -7,6 +7,7 @@ import pytest
 from sglperf.record.baselines import Entry
 from sglperf.records import LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
+from sglperf.judge.noise import Noise
 from sglperf.judge.verdict import check_ab, check_floor, check_plateau
 
 S = Summary(None, None, None, None, 0)
@@ -118,9 +119,10 @@ def test_ab_uses_the_baselines_run_to_run_noise():
     c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
     base, tuned = {4: lr(4, 890, ci=15)}, {4: lr(4, 740, ci=15)}  # -17% in one run
     assert check_ab(base, tuned, c1, c2, margin=0.05).outcome == "regression", "with only the within-run CIs: worse"
-    noisy = check_ab(base, tuned, c1, c2, margin=0.05, base_cv={4: 0.02}, tuned_cv={4: 0.12})
+    noisy = check_ab(base, tuned, c1, c2, margin=0.05, base_noise={4: Noise(0.02, 20)},
+                     tuned_noise={4: Noise(0.12, 20)})
     assert noisy.outcome == "inconclusive" and "cannot tell" in noisy.unsure[0], \
-        "the tuned config's measured 12% CV makes -17% undecidable in one run: inconclusive, not a regression"
+        "the tuned config's between-start noise (12% CV) makes -17% undecidable in one run: not a regression"
     lost_gain = check_ab({8: lr(8, 900)}, {8: lr(8, 880)}, c1, c2, margin=0.05)
     assert lost_gain.outcome == "regression" and "expected a gain" in lost_gain.problems[0]
     unsure_gain = check_ab({8: lr(8, 900)}, {8: lr(8, 905)}, c1, c2, margin=0.05)
@@ -130,14 +132,14 @@ def test_ab_uses_the_baselines_run_to_run_noise():
 
 def test_the_expected_gain_is_decided_on_the_levels_past_the_base_ceiling_together():
     c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
-    cv = {lv: 0.06 for lv in (8, 16, 32)}
+    noise = {lv: Noise(0.06, 20) for lv in (8, 16, 32)}
     base = {lv: lr(lv, 550, ci=13) for lv in (8, 16, 32)}
-    tuned = {8: lr(8, 667, ci=25), 16: lr(16, 645, ci=29), 32: lr(32, 688, ci=19)}
-    alone = check_ab({16: base[16]}, {16: tuned[16]}, c1, c2, margin=0.4, base_cv=cv, tuned_cv=cv)
-    assert alone.outcome == "inconclusive", "+17% with 6% run-to-run CVs cannot be told from noise at one level"
-    together = check_ab(base, tuned, c1, c2, margin=0.4, base_cv=cv, tuned_cv=cv)
+    tuned = {8: lr(8, 667, ci=25), 16: lr(16, 607, ci=29), 32: lr(32, 688, ci=19)}
+    alone = check_ab({16: base[16]}, {16: tuned[16]}, c1, c2, margin=0.4, base_noise=noise, tuned_noise=noise)
+    assert alone.outcome == "inconclusive", "+10% with 6% between-start CVs cannot be told from noise at one level"
+    together = check_ab(base, tuned, c1, c2, margin=0.4, base_noise=noise, tuned_noise=noise)
     assert together.outcome == "pass" and "3 levels" in together.lines[-1], \
-        "+21%, +17%, +25%: their mean decides the gain (run-to-run noise counted once, as fully correlated)"
+        "+21%, +10%, +25%: their mean decides the gain (between-start noise counted once, as fully correlated)"
     lost_at_one = {**tuned, 16: lr(16, 450, ci=5)}
     assert check_ab(base, lost_at_one, c1, c2, margin=0.4).outcome == "regression", \
         "a level clearly without the gain is a problem even when the mean still gains"

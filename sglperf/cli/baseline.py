@@ -33,11 +33,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--profile", default=None)
     c.add_argument("--metric", action="append", default=None, choices=[*GATED, "latency"],
                    help="repeatable; default sustained_output_tps; `--metric latency` is every latency percentile")
-    c.add_argument("--min-tolerance", type=float, default=baselines.MIN_TOLERANCE)
-    c.add_argument("--max-tolerance", type=float, default=None,
+    c.add_argument("--min-tolerance", type=fraction("--min-tolerance"), default=None,
+                   help="the tolerance no floor goes below (default: the profile's [measurement] min_tolerance)")
+    c.add_argument("--target-drop", type=fraction("--target-drop"), default=None,
+                   help="say, per level, how many calibration runs would catch a drop this large (e.g. 0.10)")
+    c.add_argument("--max-tolerance", type=fraction("--max-tolerance"), default=None,
                    help="leave out entries whose calibrated tolerance exceeds this (too noisy to judge in one run)")
     c.add_argument("--file", default=None)
     c.add_argument("--dry-run", action="store_true")
+
+
+def fraction(option: str):
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} takes a fraction in [0, 1), e.g. 0.05; got {text!r}") from None
+        if not 0 <= x < 1:
+            raise argparse.ArgumentTypeError(f"{option} takes a fraction in [0, 1), e.g. 0.05; got {text!r}")
+        return x
+    return parse
+
+
+def calibration_runs(paths: list[str]):
+    """The run files calibrate may use: one of each run, every one finished."""
+    runs, seen = [], {}
+    for p in paths:
+        doc = load_run(p)
+        if doc.run_id in seen:
+            raise baselines.BaselineError(f"{p}: run {doc.run_id} is given twice (also as {seen[doc.run_id]}): one "
+                                          f"run counted twice would halve its noise")
+        if doc.kind != "suite":
+            raise baselines.BaselineError(f"{p}: a {doc.kind} run file has no profile; baselines come from suite runs")
+        if doc.status != "finished" or not doc.complete:
+            state = doc.status if doc.complete else f"{doc.status} and incomplete"
+            raise baselines.BaselineError(f"{p}: run {doc.run_id} is {state}: only finished runs calibrate a "
+                                          f"baseline")
+        seen[doc.run_id] = p
+        runs.append(doc)
+    return runs
 
 
 def _target(file: str | None, profile: str, hardware_class: str) -> Path:
@@ -79,7 +113,9 @@ def _main(args) -> int:
             for cname, lvls in bf.configs.items():
                 for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
                     for m, e in metrics.items():
-                        noise = f", CV {e.noise_cv:.2%} over {e.runs} runs" if e.noise_cv is not None else ""
+                        n = e.noise()
+                        noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df, catches "
+                                 f"{n.detectable(floor=e.min_tolerance or 0.0):.1%}") if n else ""
                         print(f"  {cname:<14} c{lv:<6} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
                               f"(-{e.tolerance:.1%}{noise})  {e.source}, {e.taken_at}")
         return 0
@@ -108,7 +144,7 @@ def _main(args) -> int:
             subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "--profile", args.profile, "-q",
                             "-p", "no:randomly"], check=False)
             paths += [str(p) for p in sorted(set(Path("reports/runs").glob("*.json")) - before)]
-    runs = [load_run(p) for p in paths]
+    runs = calibration_runs(paths)
     if len(runs) < 2:
         raise baselines.BaselineError(f"calibrate needs at least 2 run files, got {len(runs)}")
     prof = profiles.load(runs[0].profile)
@@ -117,8 +153,10 @@ def _main(args) -> int:
         metrics += list(LATENCY) if m == "latency" else [m]
     new = None
     for metric in metrics:
+        floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
         part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
-                                          floor=args.min_tolerance, max_tolerance=args.max_tolerance)
+                                          floor=floor, max_tolerance=args.max_tolerance,
+                                          target_drop=args.target_drop)
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)

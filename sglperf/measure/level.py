@@ -184,8 +184,9 @@ def stalled(gen, now: float, t0: float, timeout_s: float) -> Stop | None:
 def trusted(res: LevelResult, elapsed: float, spec: LevelSpec, policy: MeasurementPolicy) -> bool:
     """An interval that may stop a level: enough batches over enough steady state, after the level's minimum."""
     need = max(policy.min_completions, spec.concurrency or 0)
+    lifetimes = res.window_s / res.lifetime_s if res.lifetime_s else 0.0
     return (res.sustained_output_tps_ci95 is not None and bool(res.sustained_output_tps) and elapsed >= spec.min_seconds
-            and res.completed_in_window >= need and res.ci_batches >= policy.converge_batches
+            and res.completed_in_window >= need and lifetimes >= policy.trusted_window_lifetimes
             and res.window_s >= policy.converge_window_s)
 
 

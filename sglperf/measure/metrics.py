@@ -8,8 +8,8 @@ Definitions (documented in the README, pinned by tests/test_metrics.py):
   benchmark/steady_state.py, which uses the run's peak in-flight instead of the target.
 - sustained output tok/s: tokens whose chunk arrived inside the window / window length. Total adds the prompt
   tokens of requests whose first token arrived inside the window (their prefill finished there).
-- 95% CI: batch means. The window is cut into k equal batches, each at least one median request lifetime long
-  (so batches are nearly independent), 5 <= k <= 30; half-width = t(0.975, k-1) x sd(batch rates) / sqrt(k).
+- 95% CI: intervals.sustained_interval: 10 equal batches' means (t, inflated for their lag-1 correlation) and the
+  counting resolution at the window's edges, in quadrature.
 - whole-run: bench_serving's definition: completion tokens of successful requests / (last end - first send).
 - peak: the best 1-second bucket of token arrivals since the first send (bench_serving's "peak output").
 - latencies: over successful requests sent inside the window (all successful ones if none): TTFT, TPOT
@@ -28,7 +28,7 @@ import numpy as np
 from ..environment.gpu import summarize as gpu_summary
 from ..environment.host import disturbance
 from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample, Summary
-from .intervals import batch_means, regime_shift
+from .intervals import regime_shift, sustained_interval
 from .validity import MeasurementPolicy, judge
 
 
@@ -324,6 +324,8 @@ class LevelStats:
     sustained: float | None = None
     half: float | None = None
     k: int = 0
+    ar1: float | None = None
+    resolution: float | None = None
     total: float | None = None
     completed_in_window: int = 0
     shift: str | None = None
@@ -359,15 +361,16 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     if st.window is not None:
         s, e = st.window
         times, tokens = arrivals
-        st.sustained, st.half, st.k = batch_means(times, tokens, st.window, lifetime or 0.0, policy.min_batches,
-                                                  policy.max_batches)
+        iv = sustained_interval(times, tokens, st.window, policy.batches)
+        st.sustained, st.half, st.k, st.ar1, st.resolution = iv.rate, iv.half, iv.batches, iv.ar1, iv.resolution
         prefilled = sum(r.prompt_tokens for r in records
                         if r.error is None and (first := r.first_token_time) is not None and s <= first < e)
         st.total = st.sustained + prefilled / (e - s)
         st.completed_in_window = sum(1 for r in ok if s <= r.end_time < e)
         lat_records = [r for r in ok if s <= r.send_time < e] or ok
         # named in the final result only: the checks in the middle of a level decide from the interval alone
-        st.shift = regime_shift(times, tokens, st.window, st.k) if st.half is not None and latencies else None
+        fine = min(30, int((e - s) // lifetime)) if lifetime else 0  # batches of at least one lifetime
+        st.shift = regime_shift(times, tokens, st.window, fine) if st.half is not None and latencies else None
     st.latency = (latency_summaries(lat_records) if latencies else
                   {"ttft_ms": summarize([]), "tpot_ms": summarize([]), "itl_ms": summarize([]),
                    "e2e_ms": summarize([(r.end_time - r.send_time) * 1e3 for r in lat_records])})
@@ -417,7 +420,7 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         server_ratio=(st.sustained / sv["server_output_tps"]) if st.sustained and sv["server_output_tps"] else None,
         **sv, **st.latency, errors=dict(st.errors),
         window_start=w[0] if w else None, window_end=w[1] if w else None, window_s=(w[1] - w[0]) if w else 0.0,
-        ci_batches=st.k, lifetime_s=st.lifetime, completed=len(st.ok), completed_in_window=st.completed_in_window,
+        ci_batches=st.k, ci_ar1=st.ar1, ci_resolution_tps=st.resolution, lifetime_s=st.lifetime, completed=len(st.ok), completed_in_window=st.completed_in_window,
         requests_sent=len(records), cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(st.now - t0) if records else 0.0, client_lag_p99_ms=st.lag, client_cpu_share=st.cpu,
         incomplete=end.incomplete, note=end.note, warnings=v.warnings, host=st.host_numbers, sim_behind_share=st.behind,

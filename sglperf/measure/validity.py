@@ -15,14 +15,15 @@ class MeasurementPolicy:
     steady_state_ratio: float = 0.9
     max_gap_s: float = 0.05
     warmup_completions: int | None = None  # default: the target concurrency (one generation)
-    min_batches: int = 5
-    max_batches: int = 30
+    batches: int = 10  # the interval's batches (measure/intervals.py)
+    # A window shorter than this many request lifetimes is invalid: it does not hold a closed loop's whole cycle of
+    # prefills and decodes. One from trusted_window_lifetimes may stop a level (converged or decided).
+    min_window_lifetimes: float = 2.0
+    trusted_window_lifetimes: float = 3.0
     ci_target: float = 0.01  # CI half-width / sustained, at most
     min_completions: int = 20  # inside the window (and at least one generation)
-    # A CI stops a level only from 10 batches (t with 9 degrees of freedom: a handful of batches can agree by
-    # chance, and closed-loop cohorts beat) over at least 3 s of steady state (a few lifetimes of a fast level are
-    # milliseconds of scheduling luck). Fewer batches still give the verdicts a (wider) interval.
-    converge_batches: int = 10
+    # A CI stops a level only over at least 3 s of steady state (a few lifetimes of a fast level are milliseconds of
+    # scheduling luck) and trusted_window_lifetimes lifetimes.
     decide_quiet_s: float = 0.5  # no early floor decision after this long without a token
     max_sim_behind: float = 0.05  # the simulator late by more than this share of its engine time: disturbed
     converge_window_s: float = 3.0
@@ -97,12 +98,11 @@ def _window_rules(st, policy: MeasurementPolicy, warns: list[str]) -> list[str]:
                 else "no steady-state window: in-flight requests never held the target"]
     reasons = []
     s, e = st.window
-    if st.half is None and st.k >= policy.min_batches:
-        reasons.append(f"95% CI unknown: all {st.k} batches measured the same rate (closed-loop cohorts in "
-                       f"lockstep); a spread of zero is no evidence of precision")
+    if st.lifetime and e - s < policy.min_window_lifetimes * st.lifetime:
+        reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_window_lifetimes:g} request "
+                       f"lifetimes ({policy.min_window_lifetimes:g} x {st.lifetime:.2f} s)")
     elif st.half is None:
-        reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_batches} request lifetimes "
-                       f"({policy.min_batches} x {st.lifetime or 0:.2f} s)")
+        reasons.append("no token arrived inside the steady-state window")
     elif st.sustained and st.half / st.sustained > policy.ci_target:
         # Not invalid: the interval is what the verdicts use; a wide one decides less (INCONCLUSIVE), never wrong
         warns.append(f"95% CI +/-{st.half / st.sustained:.1%} is wider than the target +/-{policy.ci_target:.1%}")

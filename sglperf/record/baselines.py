@@ -8,6 +8,7 @@ naming file and field); written atomically under a lock; a candidate never overw
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -17,10 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..categories import UsageError
 from ..fileio import atomic_write_json, lock_for, read_json
 from ..records import GATED, METRICS
+from ..judge.noise import MIN_TOLERANCE, Noise, moderate, prior
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: entries keep their noise (df, within-run part) and the file its pooled prior; 1 is read
+READABLE = (1, 2)
 # What an entry may hold (records.METRICS, gated): throughput floors, and latency ceilings (lower is better)
 Metric = Literal[GATED]
 
@@ -34,8 +37,12 @@ class Entry(BaseModel):
     metric: Metric
     value: float = Field(gt=0)
     tolerance: float = Field(gt=0, lt=1)  # floor = value x (1 - tolerance)
-    noise_cv: float | None = Field(None, ge=0)  # run-to-run coefficient of variation, when measured
+    noise_cv: float | None = Field(None, ge=0)  # run-to-run CV of one run's value, moderated (judge/noise.py)
     runs: int = Field(1, ge=1)
+    noise_df: float | None = Field(None, gt=0)  # its degrees of freedom (runs - 1 plus the pool's prior)
+    within_cv: float | None = Field(None, ge=0)  # the calibration runs' own within-run part (their intervals' SE)
+    own_cv: float | None = Field(None, ge=0)  # this level's own sample CV over its runs, before pooling
+    min_tolerance: float | None = Field(None, ge=0, lt=1)  # the tolerance it was never let below
     taken_at: str  # ISO date or date-time
     source: str  # the run it came from, or the document
     sglperf_version: str
@@ -51,6 +58,12 @@ class Entry(BaseModel):
         """For latency metrics: value x (1 + tolerance), the same prediction bound on the other side."""
         return self.value * (1 + self.tolerance)
 
+    def noise(self) -> Noise | None:
+        """The level's between-start noise, where the entry was calibrated (schema 1 files: runs - 1 df, no pool)."""
+        if self.noise_cv is None or self.runs < 2:
+            return None
+        return Noise(self.noise_cv, self.noise_df or self.runs - 1, self.within_cv or 0.0, self.runs)
+
     @property
     def is_latency(self) -> bool:
         return METRICS[self.metric].is_latency
@@ -59,6 +72,18 @@ class Entry(BaseModel):
 def metric_value(r, metric: str) -> float | None:
     """A level result's value of a baseline metric (records.METRICS says how it is read)."""
     return METRICS[metric].read(r)
+
+
+class PooledNoise(BaseModel):
+    """What calibrate pooled the levels' variances toward: s0 (as a CV), how many degrees of freedom that prior is
+    worth (1000: the levels agree), over how many levels, and how."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str
+    cv: float = Field(ge=0)
+    prior_df: float = Field(ge=0)
+    levels: int = Field(ge=0)
+    method: str = "moderated variance (limma, Smyth 2004) of log values over the profile's levels"
 
 
 class BaselineFile(BaseModel):
@@ -71,6 +96,7 @@ class BaselineFile(BaseModel):
     description: str = ""
     # config -> level (as a string, JSON keys) -> metric -> entry
     configs: dict[str, dict[str, dict[Metric, Entry]]]
+    pooled: list[PooledNoise] = []
 
     def entries(self, config: str, level: int) -> dict[str, Entry]:
         return dict(self.configs.get(config, {}).get(str(level), {}))
@@ -92,7 +118,7 @@ def load(path: str | Path) -> BaselineFile:
         raise BaselineError(f"{path}: the top level must be an object")
     if "schema_version" not in raw:
         raise BaselineError(f"{path}: schema_version: missing (this sglperf reads version {SCHEMA_VERSION})")
-    if raw["schema_version"] != SCHEMA_VERSION:
+    if raw["schema_version"] not in READABLE:
         raise BaselineError(f"{path}: schema_version: {raw['schema_version']!r} is not supported (this sglperf "
                             f"reads version {SCHEMA_VERSION}); re-create the baseline with "
                             f"`sglperf baseline update` or upgrade sglperf")
@@ -202,33 +228,30 @@ def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = Fa
     return lines
 
 
-# Tolerances derived from noise never go below this. A level's sustained number has a 95% CI of +/-1% (the
-# default target), so two measurements of an unchanged system differ by up to ~1.96 x sqrt(2) x 1% = 2.8%
-# without any run-to-run noise; 3% keeps the false-alarm rate of such a pair near 1% on its own.
-MIN_TOLERANCE = 0.03
-FALSE_ALARM = 0.01
-
-
-def calibrated_tolerance(values: list[float], *, false_alarm: float = FALSE_ALARM,
-                         floor: float = MIN_TOLERANCE) -> tuple[float, float, float]:
-    """(mean, cv, tolerance) from n >= 2 runs: a new run X of the unchanged system falls below
-    mean x (1 - tol) with probability <= false_alarm. X - mean ~ N(0, s^2 (1 + 1/n)), so
-    tol = t(1 - false_alarm, n - 1) x s x sqrt(1 + 1/n) / mean (one-sided prediction bound), never below `floor`."""
-    from scipy import stats
-
+def calibrated_tolerance(values: list[float], *, floor: float = MIN_TOLERANCE) -> tuple[float, float, float]:
+    """(mean, cv, tolerance) of one level from n >= 2 runs alone (no pool): judge/noise.Noise.tolerance."""
     n = len(values)
     if n < 2:
         raise BaselineError(f"calibrate needs at least 2 runs of each level, got {n}")
     mean = sum(values) / n
-    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    tol = float(stats.t.ppf(1 - false_alarm, n - 1)) * sd * (1 + 1 / n) ** 0.5 / mean
-    return mean, sd / mean, max(floor, min(tol, 0.5))
+    cv = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 / mean
+    return mean, cv, min(Noise(cv, n - 1, 0.0, n).tolerance(floor=floor), 0.5)
+
+
+def _log_variance(values: list[float]) -> float:
+    logs = [math.log(v) for v in values]
+    m = sum(logs) / len(logs)
+    return sum((x - m) ** 2 for x in logs) / (len(logs) - 1)
 
 
 def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: int, osl: int,
-              floor: float = MIN_TOLERANCE, max_tolerance: float | None = None) -> tuple[BaselineFile, list[str]]:
-    """A baseline from N runs of one profile on one hardware class: mean value, measured CV, derived tolerance.
-    Levels invalid in any run are left out (and listed)."""
+              floor: float = MIN_TOLERANCE, max_tolerance: float | None = None,
+              target_drop: float | None = None) -> tuple[BaselineFile, list[str]]:
+    """A baseline from N runs of one profile on one hardware class: per level the mean, its run-to-run noise
+    pooled with the profile's other levels (judge/noise.py), the calibration runs' own within-run part, and the
+    tolerance that keeps false regressions at 1% per level. Levels invalid in any run are left out (and listed);
+    each level's note says the smallest drop its floor catches, and with `target_drop`, how many runs would catch
+    that one."""
     profiles = {r.profile for r in runs}
     classes = {r.hardware_class for r in runs}
     if len(profiles) != 1 or len(classes) != 1:
@@ -236,34 +259,60 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
                             f"{sorted(profiles)} and hardware classes {sorted(map(str, classes))}")
     notes: list[str] = []
     values: dict[tuple[str, str], list[float]] = {}
+    within: dict[tuple[str, str], list[float]] = {}
     bad: set[tuple[str, str]] = set()
     for r in runs:
         for cname, c in r.configs.items():
             for lv, res in c.levels.items():
-                if res.valid and metric_value(res, metric) is not None:
-                    values.setdefault((cname, lv), []).append(float(metric_value(res, metric)))
+                v = metric_value(res, metric)
+                if res.valid and v is not None and v > 0:
+                    values.setdefault((cname, lv), []).append(float(v))
+                    half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                    within.setdefault((cname, lv), []).append((half or 0.0) / 1.96 / float(v))
                 else:
                     bad.add((cname, lv))
+    keep = {}
+    for key, vals in sorted(values.items()):
+        if key in bad or len(vals) != len(runs):
+            notes.append(f"{key[0]} c{key[1]}: left out (invalid or missing in some run)")
+        elif len(vals) < 2:
+            raise BaselineError(f"calibrate needs at least 2 runs of each level, got {len(vals)}")
+        else:
+            keep[key] = vals
+    variances = {k: _log_variance(v) for k, v in keep.items()}
+    s0, d0 = prior(list(variances.values()), [len(v) - 1 for v in keep.values()])
     out: dict[str, dict[str, dict[str, Entry]]] = {}
     last = runs[-1]
-    for (cname, lv), vals in sorted(values.items()):
-        if (cname, lv) in bad or len(vals) != len(runs):
-            notes.append(f"{cname} c{lv}: left out (invalid or missing in some run)")
-            continue
-        mean, cv, tol = calibrated_tolerance(vals, floor=floor)
+    for (cname, lv), vals in keep.items():
+        n = len(vals)
+        var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
+        noise = Noise(math.sqrt(var), df, math.sqrt(sum(w * w for w in within[(cname, lv)]) / n), n)
+        mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
+        tol = noise.tolerance(floor=floor)
         if max_tolerance is not None and tol > max_tolerance:
-            notes.append(f"{cname} c{lv}: left out: CV {cv:.2%} over {len(vals)} runs needs a tolerance of "
+            notes.append(f"{cname} c{lv}: left out: CV {noise.cv:.2%} over {n} runs needs a tolerance of "
                          f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
             continue
+        caught = noise.detectable(floor=floor)
+        note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}, within a run "
+                f"{noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a drop of {caught:.1%} is caught with 95% "
+                f"power")
+        if target_drop is not None and caught > target_drop:
+            more = noise.runs_for(target_drop, floor=floor)
+            note += (f"; {target_drop:.0%} needs {more} runs" if more else
+                     f"; no number of runs catches {target_drop:.0%} in one server start (between-start noise "
+                     f"alone: measure more starts per level, [measurement] replicates)")
         out.setdefault(cname, {})[lv] = {metric: Entry(
-            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=len(vals),
-            taken_at=now_iso(), source="runs " + ", ".join(r.run_id for r in runs),
-            sglperf_version=last.sglperf_version, fingerprint=last.config_fingerprint(cname),
-            note=f"tolerance = max({floor:.0%}, t(0.99, {len(vals) - 1}) x CV x sqrt(1 + 1/{len(vals)}))")}
-        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, CV {cv:.2%} over {len(vals)} runs -> tolerance {tol:.2%}")
+            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
+            noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
+            taken_at=now_iso(),
+            source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
+            fingerprint=last.config_fingerprint(cname), note=note)}
+        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, {note}")
+    pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
-                        configs=out), notes
+                        configs=out, pooled=pooled), notes
 
 
 def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
@@ -277,4 +326,5 @@ def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
     for c, lvls in new.configs.items():
         for lv, metrics in lvls.items():
             configs.setdefault(c, {}).setdefault(lv, {}).update(metrics)
-    return old.model_copy(update={"configs": configs})
+    pooled = [p for p in old.pooled if p.metric not in {q.metric for q in new.pooled}] + list(new.pooled)
+    return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION})

@@ -88,6 +88,24 @@ class RunRecorder:
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files)
         self.flush()
 
+    def add_replicate(self, config: str, level: int, result: LevelResult, records, server_samples, stop_reason: str,
+                      scrape_source: str | None, epoch_ms: tuple[int, int] | None, why: str) -> None:
+        """The level measured again after a server restart: kept beside its first start, with the reason."""
+        c = self.config(config)
+        n = len(c.replicates.get(str(level), [])) + 2
+        files = {}
+        if self.raw_dir is not None:
+            self.raw_dir.mkdir(parents=True, exist_ok=True)
+            stem = f"{config}-c{level}-start{n}"
+            rec = write_jsonl(self.raw_dir / f"{stem}.records.jsonl.gz", records)
+            samp = write_jsonl(self.raw_dir / f"{stem}.server.jsonl.gz", server_samples)
+            files = dict(records_file=str(rec.relative_to(self.reports_dir)),
+                         server_samples_file=str(samp.relative_to(self.reports_dir)))
+        c.replicates.setdefault(str(level), []).append(LevelDoc(
+            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files))
+        c.replicate_reasons[str(level)] = redact(why)
+        self.flush()
+
     def flush(self) -> None:
         if self.path is None:
             return

@@ -79,6 +79,9 @@ class ABDoc(Strict):
 
 class ConfigDoc(Strict):
     levels: dict[str, LevelDoc] = {}  # type: ignore[valid-type]
+    # a level measured again after server restarts (its first start is in `levels`), and why it was
+    replicates: dict[str, list[LevelDoc]] = {}  # type: ignore[valid-type]
+    replicate_reasons: dict[str, str] = {}
     server: ServerDoc | None = None
     # this config's own fingerprint: its server args differ from the other configs' (the run's is the last one's)
     fingerprint: dict[str, Any] | None = None
