@@ -24,7 +24,7 @@ from ..categories import INCONCLUSIVE, LATENCY
 from ..measure.metrics import latency_values
 from ..records import METRICS, LevelResult, RequestRecord
 
-QUEUEING = ("ttft_ms", "e2e_ms")  # grow with the queue past the ceiling: not judged there
+QUEUEING = ("ttft_ms", "e2e_ms", "server_ttft_ms")  # grow with the queue past the ceiling: not judged there
 
 
 MIN_FOR_MEAN = 30  # below this a t-interval of a skewed latency's mean is not trusted

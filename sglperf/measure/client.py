@@ -128,7 +128,7 @@ class _Progress:
     """Mutable per-request state while the stream is open (the records are immutable)."""
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
-                 "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source")
+                 "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -139,6 +139,7 @@ class _Progress:
         self.prompt_tokens, self.max_tokens = prompt_tokens, max_tokens
         self.texts: list[str] | None = [] if keep_text else None  # for re-tokenizing, where the server sends no usage
         self.count_source = "chunks"
+        self.server_ttft: float | None = None
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -160,7 +161,7 @@ class _Progress:
         return RequestRecord(self.index, self.send, end, self.prompt_tokens, self.max_tokens, tuple(self.times),
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
-                             self.count_source)
+                             self.count_source, self.server_ttft)
 
 
 class LoadGenerator:

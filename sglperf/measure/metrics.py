@@ -158,12 +158,14 @@ def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
     """Per request (ITL: per token), in ms: TTFT, TPOT, ITL and E2E, as bench_serving defines them. A chunk's gap
     since the previous chunk that carried tokens is split evenly over its tokens; chunks at the first token's time
     add none. ITL in numpy: one Python step per chunk was a fifth of a level's analysis."""
-    ttft, tpot, e2e, times, counts, firsts = [], [], [], [], [], []
+    ttft, tpot, e2e, times, counts, firsts, server_ttft = [], [], [], [], [], [], []
     for r in records:
         first = r.first_token_time
         if first is None:
             continue
         ttft.append((first - r.send_time) * 1e3)
+        if r.server_ttft_s is not None:
+            server_ttft.append(r.server_ttft_s * 1e3)
         e2e.append((r.end_time - r.send_time) * 1e3)
         n = r.output_tokens
         if n > 1:
@@ -186,7 +188,7 @@ def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
         prev[starts] = first[starts]
         later = t > first
         itl = np.repeat((t[later] - prev[later]) * 1e3 / k[later], k[later]).tolist()
-    return {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2e_ms": e2e}
+    return {"ttft_ms": ttft, "tpot_ms": tpot, "itl_ms": itl, "e2e_ms": e2e, "server_ttft_ms": server_ttft}
 
 
 def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
@@ -373,6 +375,7 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
         st.shift = regime_shift(times, tokens, st.window, fine) if st.half is not None and latencies else None
     st.latency = (latency_summaries(lat_records) if latencies else
                   {"ttft_ms": summarize([]), "tpot_ms": summarize([]), "itl_ms": summarize([]),
+                   "server_ttft_ms": summarize([]),
                    "e2e_ms": summarize([(r.end_time - r.send_time) * 1e3 for r in lat_records])})
     st.lag, st.cpu = client_health(list(samples.client), st.window)
     st.host_numbers, st.host_disturbed = disturbance(list(samples.host), st.window)

@@ -101,6 +101,9 @@ class NativeGenerate(Wire):
             kind = fr.get("type") if isinstance(fr, dict) else str(fr)
             p.finish = kind
             p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
+            ttft = meta.get("first_token_latency")  # SGLang with --enable-metrics: its own TTFT, seconds
+            if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and 0 <= ttft < 1e6:
+                p.server_ttft = float(ttft)
             if kind == "abort":
                 p.fail("abort", f"finish_reason abort: {json.dumps(fr)[:300]}")
         return ct

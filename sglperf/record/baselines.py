@@ -294,9 +294,10 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
                          f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
             continue
         caught = noise.detectable(floor=floor)
+        change = "rise" if METRICS[metric].better == "lower" else "drop"
         note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}, within a run "
-                f"{noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a drop of {caught:.1%} is caught with 95% "
-                f"power")
+                f"{noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a {change} of {caught:.1%} is caught with "
+                f"95% power")
         if target_drop is not None and caught > target_drop:
             more = noise.runs_for(target_drop, floor=floor)
             note += (f"; {target_drop:.0%} needs {more} runs" if more else

@@ -110,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prefill-slowdown", type=non_negative, default=0.0, metavar="F",
                    help="prefill steps take (1 + F) as long, decode steps unchanged: 0.5 plays a prefill kernel "
                         "50%% slower (TTFT grows, throughput barely moves)")
-    s.add_argument("--noise-cv", type=float, default=0.0,
-                   help="coefficient of variation of step times, and of one run-wide factor drawn at start")
+    s.add_argument("--noise-cv", type=non_negative, default=0.0,
+                   help="coefficient of variation of step times, and of one run-wide factor drawn at start (a GPU's "
+                        "state differs from one server start to the next)")
+    s.add_argument("--noise-seed", type=int, default=None,
+                   help="seeds that noise (default: fresh at every start, as hardware is; --random-seed seeds "
+                        "sampling only, as SGLang's does)")
     s.add_argument("--fault-crash-after", type=float, default=None, metavar="SECONDS")
     s.add_argument("--fault-hang-after", type=float, default=None, metavar="SECONDS")
     s.add_argument("--fault-slow-start", type=float, default=0.0, metavar="SECONDS")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import time
 import uuid
@@ -38,6 +39,7 @@ class Stream:
     finish_reason: dict | None = None
     num_retractions: int = 0
     first_token_at: float | None = None
+    engine_ttft: float | None = None  # arrival to first token in the engine's own (simulated) time, real seconds
     fault: str | None = None  # "abort" | "error" | "truncate" | "short"
     fault_at: int = 0
 
@@ -127,7 +129,8 @@ class SimServer:
             min_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             max_queued_requests=a.max_queued_requests, slowdown=a.slowdown, noise_cv=a.noise_cv,
             prefill_slowdown=a.prefill_slowdown,
-            seed=res.random_seed,
+            # the hardware's noise: fresh at every start unless --noise-seed pins it (between-start variance)
+            seed=a.noise_seed if a.noise_seed is not None else int.from_bytes(os.urandom(4), "little"),
         )
         self.engine = Engine(cfg)
         self.rng = np.random.default_rng(res.random_seed + 1)
@@ -192,6 +195,9 @@ class SimServer:
                 continue
             if st.first_token_at is None:
                 st.first_token_at = now
+                req = self.engine.requests.get(ev.rid)
+                if req is not None and req.first_token_time is not None:
+                    st.engine_ttft = (req.first_token_time - req.arrival) / self.time_scale
                 if m:
                     m.ttft.labels(**m.tl, is_streaming="true").observe(now - st.received)
             st.output_len = ev.output_len
@@ -319,8 +325,10 @@ class SimServer:
             meta["e2e_latency"] = time.time() - st.received
         if self.args.enable_metrics:
             meta["request_received_ts"] = st.received
-            if st.first_token_at is not None:
-                meta["first_token_latency"] = st.first_token_at - st.received
+            # SGLang's server-side TTFT; here in the engine's simulated time (queue and prefill steps as the model
+            # schedules them): what the simulated server controls, free of the host's wake-up latency
+            if st.engine_ttft is not None:
+                meta["first_token_latency"] = st.engine_ttft
         return meta
 
 

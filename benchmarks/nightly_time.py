@@ -1,0 +1,133 @@
+"""The GLM-5 nightly's time to verdict, estimated from the simulator's seed preset: each level of `sim-seed` is run
+once, long enough for both stopping rules, and the same records are then replayed through the rule before this
+change (a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor) and the
+rule now (a window of 3 lifetimes, the interval of measure/intervals.py, converged or decided), checking when each
+would have stopped. At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum
+of stop times x X (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
+
+    python benchmarks/nightly_time.py [--time-scale 10] [--levels 256,512,1024,2048,3072] [--configs rr1024-cds4,...]
+
+The floors are the committed sim-seed baseline's, scaled from its time scale (10) to the one run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sglperf import engines, profiles  # noqa: E402
+from sglperf.judge.verdict import floor_outcome  # noqa: E402
+from sglperf.launch import LaunchSpec, launch  # noqa: E402
+from sglperf.measure.client import Target, run_loop  # noqa: E402
+from sglperf.measure.intervals import batch_rates  # noqa: E402
+from sglperf.measure.level import LevelSpec, measure_level  # noqa: E402
+from sglperf.measure.metrics import MeasurementPolicy, level_result, token_arrivals  # noqa: E402
+from sglperf.record import baselines  # noqa: E402
+
+BASE_SCALE = 10.0
+
+
+def truncated(records, t):
+    """The records as a check at time t saw them: finished ones, and the in-flight ones cut at t (cancelled)."""
+    out = []
+    for r in records:
+        if r.send_time > t:
+            continue
+        if r.end_time <= t:
+            out.append(r)
+            continue
+        keep = [i for i, x in enumerate(r.chunk_times) if x <= t]
+        out.append(replace(r, end_time=t, chunk_times=tuple(r.chunk_times[i] for i in keep),
+                           chunk_tokens=tuple(r.chunk_tokens[i] for i in keep), cancelled=True, error=None))
+    return out
+
+
+def old_interval(records, res):
+    """The estimator before: k = min(30, window // lifetime) batches of >= a lifetime; unknown on zero spread."""
+    if res.window_start is None or not res.lifetime_s:
+        return None, 0
+    w = (res.window_start, res.window_end)
+    k = min(30, int((w[1] - w[0]) // res.lifetime_s))
+    if k < 5:
+        return None, k
+    times, tokens = token_arrivals(records)
+    rates = batch_rates(times, tokens, w, k)
+    sd = rates.std(ddof=1)
+    return (None if sd <= 1e-9 * rates.mean() else float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))), k
+
+
+def stop_times(records, t0, concurrency, floor, policy) -> dict[str, float | None]:
+    """When each rule would have stopped the level (seconds after t0), replaying its checks."""
+    end = max(r.end_time for r in records)
+    stops: dict[str, float | None] = {"before": None, "now": None}
+    t, need = t0 + 1.0, max(policy.min_completions, concurrency)
+    while t <= end and None in stops.values():
+        snap = truncated(records, t)
+        res = level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy, now=t,
+                           latencies=False)
+        mean = res.sustained_output_tps
+        if mean and res.completed_in_window >= need and res.window_s >= 3.0:
+            if stops["before"] is None:
+                half, k = old_interval(snap, res)
+                if half is not None and k >= 10 and (half / mean <= 0.01 or floor_outcome(mean, half, floor) != "inconclusive"):
+                    stops["before"] = t - t0
+            lifetimes = res.window_s / res.lifetime_s if res.lifetime_s else 0
+            half = res.sustained_output_tps_ci95
+            if stops["now"] is None and half is not None and lifetimes >= policy.trusted_window_lifetimes and (
+                    half / mean <= policy.ci_target or floor_outcome(mean, half, floor) != "inconclusive"):
+                stops["now"] = t - t0
+        t += max(1.0, 0.1 * (t - t0))
+    return stops
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--time-scale", type=float, default=BASE_SCALE)
+    ap.add_argument("--levels", default="256,512,1024,2048,3072")
+    ap.add_argument("--configs", default="rr1024-cds4,rr2048-cds8")
+    a = ap.parse_args()
+    prof = profiles.load("sim-seed")
+    bf = baselines.load(baselines.default_path("sim-seed", "sim:glm5-nvfp4-rtxpro6000-tp8"))
+    scale = a.time_scale / BASE_SCALE
+    policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
+    logs = Path(tempfile.mkdtemp(prefix="sglperf-nightly-"))
+    total = {"before": 0.0, "now": 0.0}
+    print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
+    for cname in a.configs.split(","):
+        argv = prof.launch_argv(cname, extra=["--time-scale", str(a.time_scale)])
+        srv = launch(LaunchSpec(cname, argv, logs, launch_timeout_s=120, terminate_timeout_s=30))
+        try:
+            for level in [int(x) for x in a.levels.split(",")]:
+                entry = bf.entries(cname, level)["sustained_output_tps"]
+                lifetime = 128 * level / (entry.value * scale)
+                cap = 16 * lifetime + 10  # warm-up and 15 lifetimes: room for the rule before
+                spec = LevelSpec(concurrency=level, max_seconds=cap, stall_timeout_s=60, request_timeout_s=3600)
+                m = run_loop(measure_level(Target(srv.url), prof.workload.client_workload(), spec,
+                                           replace(policy, ci_target=0.0), engine=engines.get("sim")))
+                t0 = min(r.send_time for r in m.records)
+                stops = stop_times(m.records, t0, level, entry.floor * scale, policy)
+                cells = []
+                for k, v in stops.items():
+                    total[k] += (v if v is not None else cap) * a.time_scale
+                    cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
+                                 f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
+                print(f"  {cname} c{level}: {'  '.join(cells)}; sim behind "
+                      f"{(m.result.sim_behind_share or 0):.0%}", flush=True)
+        finally:
+            srv.stop()
+    for k, v in total.items():
+        print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h)")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
