@@ -40,6 +40,13 @@ def atomic_write_json(path: str | Path, obj, *, indent: int | None = 2) -> Path:
     return atomic_write_bytes(path, data)
 
 
+def cache_dir() -> Path:
+    """Where sglperf keeps what it builds or prepares once per machine ($SGLPERF_CACHE, else ~/.cache/sglperf)."""
+    base = os.environ.get("SGLPERF_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                           os.path.expanduser("~/.cache"), "sglperf")
+    return Path(base)
+
+
 def check_writable(d: str | Path, what: str, option: str) -> None:
     """A directory this run will write into can be written now (created if missing): a usage error naming the
     option that chose it otherwise, before anything is measured."""

@@ -8,6 +8,7 @@ for the next server; SGLang is a process tree whose children hold GPU memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -204,6 +205,7 @@ class TeardownReport:
     seconds: float
     gpu_release_s: float | None = None  # how long the driver took to free the tree's GPU memory (None: no GPU)
     gpu_held_by: tuple[int, ...] = ()  # pids still holding GPU memory when the wait gave up
+    removed_shm: tuple[str, ...] = ()  # shared-memory files the server's processes held and left behind
 
 
 class Server:
@@ -216,6 +218,7 @@ class Server:
         self._pump = None
         self._registered: Path | None = None
         self.teardown: TeardownReport | None = None
+        self.shm: set[str] = set()  # /dev/shm files its processes held (SGLang leaves its load snapshot there)
 
     @property
     def pid(self) -> int | None:
@@ -267,6 +270,7 @@ class Server:
             self.teardown = TeardownReport(None, True, (), (), 0.0)
             return self.teardown
         tree = self.tree_pids()
+        self.shm |= shm_files(tree)
         graceful = True
         if self.proc.poll() is None:
             try:
@@ -304,6 +308,7 @@ class Server:
         t_gpu = time.monotonic()
         held = gpu.wait_for_release(tree)
         gpu_s = time.monotonic() - t_gpu if shutil.which("nvidia-smi") else None
+        removed = remove_left_shm(self.shm) if not survivors else ()
         if self._pump is not None:
             self._pump.join(5)
         if self._log_file:
@@ -314,10 +319,45 @@ class Server:
                                       ).encode())
             self._log_file.close()
         self.teardown = TeardownReport(code, graceful and not killed, tuple(killed), tuple(survivors),
-                                       time.monotonic() - t0, None if gpu_s is None else round(gpu_s, 2), tuple(held))
+                                       time.monotonic() - t0, None if gpu_s is None else round(gpu_s, 2), tuple(held),
+                                       removed)
         if self._registered is not None and not survivors:
             self._registered.unlink(missing_ok=True)
         return self.teardown
+
+
+SHM = "/dev/shm/"
+
+
+def shm_files(pids: list[int]) -> set[str]:
+    """The /dev/shm files `pids` hold open or mapped (/proc/PID/fd and /proc/PID/maps)."""
+    out = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(SHM):
+                        out.add(target.removesuffix(" (deleted)"))
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    parts = line.split(maxsplit=5)
+                    if len(parts) == 6 and parts[5].startswith(SHM):
+                        out.add(parts[5].strip().removesuffix(" (deleted)"))
+        except OSError:  # the process is gone, or not ours to read
+            continue
+    return out
+
+
+def remove_left_shm(paths: set[str]) -> tuple[str, ...]:
+    """Remove the shared-memory files the server's processes held and did not remove (SGLang's load snapshot and
+    semaphores outlive even a clean exit): only those, only once every process of the server is gone."""
+    removed = []
+    for path in sorted(paths):
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            os.unlink(path)
+            removed.append(path)
+    return tuple(removed)
 
 
 def listener_tree(url: str) -> list[int]:
@@ -403,6 +443,7 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
             try:
                 r = session.get(url + spec.ready_path, timeout=5)
                 if r.status_code == 200:
+                    server.shm |= shm_files(server.tree_pids())
                     return server
             except requests.RequestException:
                 pass

@@ -22,7 +22,7 @@ else:  # pragma: no cover
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp",
-                              "gpu1": "gpu1-llamacpp"}
+                              "gpu1": "gpu1-llamacpp", "cpu_sglang": "cpu-sglang"}
 
 
 class ProfileError(UsageError):
@@ -137,7 +137,7 @@ class Profile(Strict):
     name: str
     description: str = ""
     engine: str
-    marker: Literal["gpu8", "gpu1", "sim", "cpu_engine"]
+    marker: Literal["gpu8", "gpu1", "sim", "cpu_engine", "cpu_sglang"]
     hardware: HardwareSection = HardwareSection()
     server: ServerSection
     workload: WorkloadSection

@@ -275,6 +275,11 @@ class Suite:
         if o.server_url:
             server = launcher.external(engines.check_url(o.server_url), name=cname)
             engine.reach(server.url, api_key)  # within seconds, in words: refused, silent, an error status
+            found = engines.detect(server.url, api_key)
+            if found.name != engine.name and engine.name != "openai":
+                raise UsageError(f"--server-url {server.url} serves {found.name} (detected from what it answers), but "
+                                 f"profile {prof.name} is for engine {engine.name}: its baselines, ceilings and "
+                                 f"hardware class would not be this server's; use a profile of engine {found.name}")
             lock, template, flags = None, [], None
         else:
             flags = engine.check_flags(template)

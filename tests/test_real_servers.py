@@ -185,9 +185,12 @@ def test_server_url_failures_name_their_cause_within_15_s(case, expect, strict, 
         env["SGLPERF_API_KEY"] = "a-wrong-key"
     else:
         url = strict("--mode", case).url
+    # a server the suite knows nothing of is measured through a profile of engine openai (a sim profile against it
+    # is refused up front: test_a_server_url_that_is_not_the_profiles_engine_is_refused)
+    profile = ["--profile", str(openai_profile(tmp_path))] if case not in ("wrong key",) else ["-m", "sim"]
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
+        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", *profile,
                             "--server-url", url, "--levels", "8", "--reports-dir", str(tmp_path / "reports")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env(**env))
     finally:
@@ -199,6 +202,39 @@ def test_server_url_failures_name_their_cause_within_15_s(case, expect, strict, 
     assert expect in out, out[-3000:]
     assert "stalled" not in out
     assert took < 15, f"{case}: took {took:.1f} s"
+
+
+def openai_profile(tmp_path) -> Path:
+    path = tmp_path / "any-openai.toml"
+    path.write_text('''name = "any-openai"
+engine = "openai"
+marker = "sim"
+levels = [8]
+[server]
+command = ["unused-with-server-url"]
+[workload]
+isl = 16
+osl = 16
+vocab_low = 1
+vocab_high = 1001
+[measurement]
+level_max_seconds = 10
+stall_timeout_s = 10
+[[configs]]
+name = "default"
+''')
+    return path
+
+
+def test_a_server_url_that_is_not_the_profiles_engine_is_refused(strict, tmp_path):
+    srv = strict()
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
+                        "--server-url", srv.url, "--levels", "8", "--reports-dir", str(tmp_path / "reports")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env())
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out[-2000:]
+    assert (f"USAGE ERROR: --server-url {srv.url} serves openai (detected from what it answers), but profile sim-ci "
+            f"is for engine sim") in out, out[-3000:]
 
 
 # the decisions, as pure functions ------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..engines.llamacpp_build import main as llamacpp_main
 
         return llamacpp_main(argv[1:])
+    if argv and argv[0] == "sglang":
+        from ..engines.sglang_cpu import main as sglang_main
+
+        return sglang_main(argv[1:])
     if argv and argv[0] == "sim":  # the simulator parses its own SGLang-style flags
         from ..sim.server import main as sim_main
 
@@ -21,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("sim", help="run the SGLang-compatible simulator (sglperf sim --help)")
     sub.add_parser("sim-calibrate", help="check the simulator's seed preset against the seed's table")
     sub.add_parser("llamacpp", help="build llama-server / make the tiny model (sglperf llamacpp build|model|paths)")
+    sub.add_parser("sglang", help="real SGLang on the CPU for the tests (sglperf sglang prepare --cpu | paths)")
     from ..report import drift, html
     from . import baseline, bench
 

@@ -5,7 +5,8 @@ Nothing outside this package asks which engine it is: it asks the adapter.
 
 from __future__ import annotations
 
-from .base import Engine, FlagCheck, Series, check_url, http_get
+from ..categories import InfraError
+from .base import Engine, FlagCheck, Series, check_url, describe_status, http_get
 from .llamacpp import LlamaCpp
 from .openai import OpenAI
 from .sglang import SGLang
@@ -27,6 +28,8 @@ def detect(url: str, api_key: str | None = None, timeout: float = 5.0) -> Engine
     else a plain OpenAI-compatible server. Nothing there, or no answer, is an InfraError in words."""
     for path in ("/server_info", "/props"):
         r = http_get(url.rstrip("/") + path, api_key, timeout)
+        if r.status_code in (401, 403):  # a refused key is not "some other server"
+            raise InfraError(f"{url.rstrip('/')}{path} answered {describe_status(r)}")
         try:
             obj = r.json() if r.status_code == 200 else None
         except ValueError:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..environment import gpu
 from ..categories import InfraError
+from ..fileio import cache_dir
 
 LLAMA_CPP_PYTHON = "0.3.36"  # its sdist vendors llama.cpp (tools/server included)
 MODEL_SHAPE = (512, 4, 1536)  # n_embd, n_layer, n_ff: 14 M params, 56 MB F32 -- bigger than L3, so batching pays
@@ -35,12 +36,6 @@ CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_US
 
 class BuildError(InfraError):
     pass
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("SGLPERF_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                           os.path.expanduser("~/.cache"), "sglperf")
-    return Path(base)
 
 
 def server_path(version: str = LLAMA_CPP_PYTHON, cuda: bool = False) -> Path:

@@ -94,6 +94,24 @@ class SGLang(Engine):
                             token_usage=sum(usage) / len(usage) if usage else None,
                             gen_throughput=total("gen_throughput"))
 
+    PLACEHOLDERS = ("{sglang_cpu_python}", "{sglang_cpu_model}")
+
+    def prepare(self, argv: list[str]) -> None:
+        """Real SGLang on the CPU (engines/sglang_cpu.py) where the launch template names it."""
+        if any(part in self.PLACEHOLDERS for part in argv):
+            from . import sglang_cpu
+
+            sglang_cpu.prepare()
+
+    def resolve(self, part: str) -> str:
+        from . import sglang_cpu
+
+        if part == "{sglang_cpu_python}":
+            return str(sglang_cpu.python())
+        if part == "{sglang_cpu_model}":
+            return str(sglang_cpu.model_dir())
+        return super().resolve(part)
+
     def vocab_size(self, url, api_key, info, timeout=10.0):
         """From the model's config.json where the model path is a local directory (SGLang's /server_info gives the
         path, not the size)."""
