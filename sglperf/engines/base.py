@@ -26,8 +26,13 @@ class Series:
     """One Prometheus sample an engine exposes, read into a canonical ServerSample field."""
 
     sample: str
-    labels: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)  # a value ending in "*" matches every value with that prefix
     combine: str = "sum"  # over label sets (TP/DP ranks, is_streaming): "sum" for counts, "mean" for ratios
+
+    def matches(self, name: str, labels: dict) -> bool:
+        return name == self.sample and all(
+            labels.get(k, "").startswith(v[:-1]) if v.endswith("*") else labels.get(k) == v
+            for k, v in self.labels.items())
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,7 @@ class Engine:
         for fam in text_string_to_metric_families(text):
             for key, spec in self.series.items():
                 for s in fam.samples:
-                    if s.name == spec.sample and all(s.labels.get(k) == v for k, v in spec.labels.items()):
+                    if spec.matches(s.name, s.labels):
                         acc.setdefault(key, []).append(float(s.value))
         if not acc:
             return None

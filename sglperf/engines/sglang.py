@@ -77,7 +77,19 @@ class SGLang(Engine):
         "max_total_tokens": Series("sglang:max_total_num_tokens"),
         "retracted_total": Series("sglang:num_retracted_requests_total"),
         "gen_throughput": Series("sglang:gen_throughput"),
+        # forward passes by mode ("decode_none" on the CPU, "decode_..." with CUDA graphs): with the decode tokens,
+        # the mean running count the scheduler itself counted at every step (its num_running_reqs gauge is only
+        # written at its log points: --decode-log-interval, 40 steps by default)
+        "decode_steps_total": Series("sglang:cuda_graph_passes_total", {"mode": "decode*"}),
     }
+
+    def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
+        """Each decode pass emits one token per running request (no speculative decoding here), so the decode
+        tokens counted between two scrapes over the decode passes between them is the mean running count there."""
+        values = dict(values)
+        if values.get("decode_steps_total") is not None and values.get("decode_tokens_total") is not None:
+            values["busy_slot_steps_total"] = values["decode_tokens_total"]
+        return super().sample_from(values, t)
 
     def parse_loads(self, obj: dict, t: float) -> ServerSample | None:
         loads = obj.get("loads") if isinstance(obj, dict) else None

@@ -145,4 +145,19 @@ def describe_diff(old: dict, new: dict) -> str:
         d = [x for x in d if x[0] != "server_args_hash"]
     if not d:
         return ""
-    return "environment changed since the baseline: " + ", ".join(f"{k} {a} → {b}" for k, a, b in d)
+    return "environment changed since the baseline: " + ", ".join(
+        f"server_args {args_change(str(a), str(b))}" if k == "server_args" else f"{k} {a} → {b}" for k, a, b in d)
+
+
+def args_change(old: str, new: str) -> str:
+    """What differs between two command lines, as the arguments removed (-) and added (+)."""
+    import difflib
+
+    a, b = old.split(), new.split()
+    parts = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op in ("delete", "replace"):
+            parts.append("- " + " ".join(a[i1:i2]))
+        if op in ("insert", "replace"):
+            parts.append("+ " + " ".join(b[j1:j2]))
+    return "(" + "; ".join(parts) + ")" if parts else f"{old} → {new}"

@@ -225,7 +225,8 @@ def _running_per_step(samples: list[ServerSample], s: float, e: float, delta) ->
     means = [(b.busy_slot_steps_total - a.busy_slot_steps_total) / (b.decode_steps_total - a.decode_steps_total)
              for a, b in zip(edges, edges[1:]) if b.decode_steps_total > a.decode_steps_total]
     mean = d_busy / d_steps
-    return mean, max(means + [mean])
+    # the counters are whole numbers carried as floats: rounding drops the float error of their differences
+    return round(mean, 6), round(max(means + [mean]), 6)
 
 
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:

@@ -298,7 +298,9 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
         note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}, within a run "
                 f"{noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a {change} of {caught:.1%} is caught with "
                 f"95% power")
-        if target_drop is not None and caught > target_drop:
+        if target_drop is not None and caught > target_drop and floor >= target_drop:
+            note += f"; {target_drop:.0%} is within the profile's min_tolerance ({floor:.0%}): no run count changes that"
+        elif target_drop is not None and caught > target_drop:
             more = noise.runs_for(target_drop, floor=floor)
             note += (f"; {target_drop:.0%} needs {more} runs" if more else
                      f"; no number of runs catches {target_drop:.0%} in one server start (between-start noise "

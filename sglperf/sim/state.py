@@ -86,6 +86,11 @@ class Metrics:
                                        registry=r)
         for mode in ("prefill_compute", "prefill_cache", "decode"):
             self.realtime_tokens.labels(**sl, mode=mode)
+        # forward passes by mode, as SGLang counts them (mode: phase and CUDA-graph use; "none" where none is used)
+        self.passes = Counter("sglang:cuda_graph_passes", "Total number of forward passes categorized by CUDA graph.",
+                              names + ["mode"], registry=r)
+        for mode in ("prefill_none", "decode_none"):
+            self.passes.labels(**sl, mode=mode)
         # The simulator's own health: engine time it owed, and how much of it came late (the host could not keep
         # the step times: the measurement is of a disturbed simulator, not of the system it models).
         self.engine_seconds = Counter("sglperf_sim:engine_seconds", "Real seconds the engine's steps took.",
@@ -225,8 +230,10 @@ class SimServer:
             sl = m.sched_labels
             if step.kind == "decode":
                 m.realtime_tokens.labels(**sl, mode="decode").inc(step.new_tokens)
+                m.passes.labels(**sl, mode="decode_none").inc()
             else:
                 m.realtime_tokens.labels(**sl, mode="prefill_compute").inc(step.new_tokens)
+                m.passes.labels(**sl, mode="prefill_none").inc()
             if step.retracted:
                 m.retracted_total.inc(len(step.retracted))
         eng = self.engine
