@@ -59,6 +59,24 @@ def check_writable(d: str | Path, what: str, option: str) -> None:
         raise UsageError(f"{what} {d} is not writable ({e.strerror or e}); choose another with {option}") from None
 
 
+def check_file_target(path: str | Path, option: str) -> Path:
+    """A file the user named for writing: its directory exists and takes a file now, and the path is not a
+    directory; a usage error naming the option otherwise (nothing is created on the user's behalf)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {p}: is a directory; give a file path")
+    d = p.parent
+    if not d.is_dir():
+        raise UsageError(f"{option} {p}: the directory {d} does not exist")
+    probe = d / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"{option} {p}: the directory {d} is not writable ({e.strerror or e})") from None
+    return p
+
+
 def lock_for(path: str | Path, timeout: float = 60.0) -> FileLock:
     """The lock every writer of `path` takes (a sibling .lock file)."""
     path = Path(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -409,7 +410,10 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise LaunchError(f"cannot create the server log directory {log_dir}: {e}") from None
-    log_path = log_dir / f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+    # the name comes from user input (a profile's name, a config's): one path segment of plain characters, so the log
+    # lands in log_dir whatever it holds
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("._") or "server"
+    log_path = log_dir / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
     log_file = open(log_path, "ab", buffering=0)
     log_file.write(("# " + " ".join(redact_argv(argv, list(spec.secrets))) + "\n").encode())
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}

@@ -134,7 +134,7 @@ class ABSection(Strict):
 
 class Profile(Strict):
     schema_version: Literal[1] = 1
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names files: logs, baselines, run files
     description: str = ""
     engine: str
     marker: Literal["gpu8", "gpu1", "sim", "cpu_engine", "cpu_sglang"]

@@ -23,6 +23,7 @@ ERROR_KINDS = (
     "bad_stream",  # an HTTP-200 answer that is not an SSE stream
     "timeout",  # the request exceeded its own timeout
     "connection",  # connection refused / reset / closed mid-stream
+    "open_files",  # the client process could not open a socket: out of file descriptors (ulimit -n)
 )
 
 

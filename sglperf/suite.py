@@ -18,6 +18,7 @@ from filelock import FileLock, Timeout
 from .record import baselines, history
 from . import engines, profiles
 from .environment import fingerprint, gpu
+from .environment.host import open_files_problem
 from .report import allure as report
 from . import launch as launcher
 from .fileio import check_writable
@@ -27,7 +28,7 @@ from .measure.shards import parse_client_procs, resolve_client_procs
 from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, parse_levels, run_level
 from .measure.metrics import MeasurementPolicy
 from .measure.negotiate import connect, vocabulary_problem
-from .redact import api_key_from_env, redact, redact_argv
+from .redact import api_key_from_env, argv_secrets, env_secrets, redact, redact_argv, register, secrets
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
 from .records import Ceiling, LevelResult
 from .judge import verdict
@@ -180,6 +181,7 @@ class Suite:
         self.interrupted = False
         self.late_problems: list[str] = []
         self.cleaned: list[str] = []
+        register(*argv_secrets(list(opts.server_args)))  # secret from here on, in everything written
 
     # ------------------------------------------------------------------ what to run
     def profile_names(self) -> list[str]:
@@ -189,7 +191,9 @@ class Suite:
 
     def profile(self, name: str) -> profiles.Profile:
         if name not in self._profiles:
-            self._profiles[name] = profiles.load(name)
+            prof = self._profiles[name] = profiles.load(name)
+            register(*argv_secrets(prof.server.args + [a for c in prof.configs for a in c.args]),
+                            *env_secrets(prof.server.env))
         return self._profiles[name]
 
     def levels(self, profile: profiles.Profile) -> list[int]:
@@ -228,8 +232,21 @@ class Suite:
             check_writable(o.allure_dir, "the Allure results directory", "--alluredir")
         if o.update_baselines:
             for pname in self.profile_names():
-                d = Path(o.baseline_file).parent if o.baseline_file else baselines.BASELINE_DIR / pname
+                d = Path(o.baseline_file).parent if o.baseline_file else baselines.BASELINE_DIR / self.profile(pname).name
                 check_writable(d, "the baselines directory (for --update-baselines)", "--baseline-file")
+
+    def check_open_files(self, pnames: set[str]) -> None:
+        """The largest level of each profile fits the open-file limit, before any server starts."""
+        setting = parse_client_procs(self.opts.client_procs)
+        for pname in sorted(pnames):
+            prof = self.profile(pname)
+            levels = self.levels(prof)
+            procs = setting if isinstance(setting, int) else prof.measurement.client_procs
+            procs = procs if isinstance(procs, int) else 1
+            where = "--levels" if self.opts.levels else f"profile {prof.name}'s level"
+            why = open_files_problem(max(levels), procs, f"{where} {max(levels)}") if levels else None
+            if why:
+                raise UsageError(why)
 
     def selected_nothing(self, items: list[tuple[str, str]]) -> str | None:
         """A --profile or --perf-config that selects no item to run (after -m/-k): a usage error, never a green run."""
@@ -270,7 +287,10 @@ class Suite:
             if prof.hardware.gpus:
                 gpu.preflight(prof.hardware.gpus, prof.hardware.gpu_kind)
             engine.prepare(template)
-        api_key = api_key_from_env()
+        # the client's key: SGLPERF_API_KEY, else the one the server is given on its command line (--server-arg)
+        given = [v for f, v in zip(template, template[1:]) if f == prof.server.api_key_flag] + [
+            a.split("=", 1)[1] for a in template if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
+        api_key = api_key_from_env() or (given[0] if given else None)
         rec = self.recorder(prof)
         if o.server_url:
             server = launcher.external(engines.check_url(o.server_url), name=cname)
@@ -290,10 +310,11 @@ class Suite:
                 raise InfraError(f"another run holds the GPU set ({lock.lock_file}) and did not release it within "
                                  f"{o.gpu_lock_timeout:g} s") from None
             spec = launcher.LaunchSpec(
-                name=f"{pname}-{cname}", log_dir=o.reports_dir / "servers", host=prof.server.host,
-                argv=prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args), api_key=api_key),
+                name=f"{prof.name}-{cname}", log_dir=o.reports_dir / "servers", host=prof.server.host,
+                argv=prof.launch_argv(cname, model_path=o.model_path, extra=list(o.server_args),
+                                      api_key=None if given else api_key),
                 env=dict(prof.server.env), launch_timeout_s=o.launch_timeout or prof.server.launch_timeout_s,
-                terminate_timeout_s=prof.server.terminate_timeout_s, secrets=(api_key,) if api_key else (),
+                terminate_timeout_s=prof.server.terminate_timeout_s, secrets=tuple(secrets()),
                 registry=o.reports_dir / ".servers")
             try:
                 t0 = time.monotonic()

@@ -2,18 +2,24 @@
 and leaves nothing running or lost."""
 
 import json
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
+from sglperf.categories import InfraError
+from sglperf.engines.llamacpp import LlamaCpp
+from sglperf.engines.sglang import SGLang
 from sglperf.record import baselines
 
 from .conftest import assert_suite_passed, user_env
+from .rundocs import result, run_doc
 from .test_faults import ROOT, TAG, assert_clean, sim_processes, suite
 
 
@@ -96,7 +102,7 @@ def test_a_server_left_by_a_dead_run_is_ended_and_named_before_the_next_run(tmp_
 def test_unwritable_outputs_are_usage_errors_before_anything_runs(tmp_path, args, words):
     p, out = suite(tmp_path, "--levels", "8", *args, timeout=60)
     assert p.returncode == 4, out[-2000:]
-    assert f"USAGE ERROR: {words}" in out
+    assert (words if words.startswith("error: argument") else f"USAGE ERROR: {words}") in out
     assert not (tmp_path / "reports" / "servers").exists(), "nothing was launched"
 
 
@@ -157,9 +163,10 @@ def test_two_candidates_at_once_get_different_names(tmp_path):
 
 # 5. options are validated before anything is launched -----------------------------------------------------------
 @pytest.mark.parametrize("args,words", [
-    (["--level-max-seconds", "-1"], "--level-max-seconds -1: must be a number of seconds > 0"),
-    (["--ci-target", "-1"], "--ci-target -1: must be a fraction in (0, 0.5]"),
-    (["--ci-target", "5"], "--ci-target 5: must be a fraction in (0, 0.5]"),
+    (["--level-max-seconds", "-1"], "error: argument --level-max-seconds: --level-max-seconds takes a number > 0, "
+                                    "e.g. 120; got '-1'"),
+    (["--ci-target", "-1"], "error: argument --ci-target: --ci-target takes a fraction in (0, 1), e.g. 0.02; got '-1'"),
+    (["--ci-target", "5"], "error: argument --ci-target: --ci-target takes a fraction in (0, 1), e.g. 0.02; got '5'"),
     (["--levels", "1,,2"], "--levels '1,,2' has an empty entry"),
     (["--baseline-file", "/no/such/baseline.json"], "--baseline-file /no/such/baseline.json: no such file"),
     (["--server-url", "localhost:30000"], "--server-url 'localhost:30000' must look like http://HOST[:PORT]"),
@@ -167,7 +174,7 @@ def test_two_candidates_at_once_get_different_names(tmp_path):
 def test_bad_options_are_usage_errors_before_anything_runs(tmp_path, args, words):
     p, out = suite(tmp_path, *args, timeout=60)
     assert p.returncode == 4, out[-2000:]
-    assert f"USAGE ERROR: {words}" in out
+    assert (words if words.startswith("error: argument") else f"USAGE ERROR: {words}") in out
     assert not (tmp_path / "reports" / "servers").exists()
 
 
@@ -220,3 +227,84 @@ def test_a_profile_whose_prompt_ids_the_served_model_lacks_fails_before_any_leve
             "but the served model's vocabulary has 32000 tokens; set vocab_high to at most 32000") in out
     assert not list((tmp_path / "reports" / "runs").glob("*/*.records.jsonl.gz")), "nothing was measured"
     assert_clean(tmp_path)
+
+
+# Round 3 -----------------------------------------------------------------------------------------------------------
+# 8. a concurrency the process cannot hold is a usage error up front; running out mid-level is counted and named
+def _nofile(limit: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def test_a_level_beyond_the_open_file_limit_is_a_usage_error_before_anything_runs(tmp_path, start_sim):
+    srv = start_sim()
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8,3000"],
+                       capture_output=True, text=True, timeout=60, preexec_fn=_nofile(1024))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--levels 3000: a level of 3,000 streams needs about" in p.stderr
+    assert "but this process may open at most 1,024 (ulimit -n, hard limit): raise it" in p.stderr
+    assert "c8" not in p.stdout, "nothing was measured"
+
+
+MID_LEVEL = """
+import asyncio, resource, sys
+from sglperf.measure.client import LoadGenerator, Target, Workload
+resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+async def go():
+    async with LoadGenerator(Target(sys.argv[1]), Workload(8, 8)) as gen:
+        recs = await asyncio.gather(*(gen.one_request() for _ in range(64)))
+    bad = [r for r in recs if r.error]
+    print(len(recs) - len(bad), sorted({r.error for r in bad}), bad[0].error_detail)
+asyncio.run(go())
+"""
+
+
+def test_running_out_of_open_files_mid_level_is_an_error_kind_of_its_own(start_sim):
+    srv = start_sim()
+    p = subprocess.run([sys.executable, "-c", MID_LEVEL, srv.url], capture_output=True, text=True, timeout=60)
+    ok, kinds, detail = p.stdout.split(" ", 2)
+    assert int(ok) > 0 and kinds == "['open_files']", p.stdout + p.stderr
+    assert "the client process is out of open files ([Errno 24] Too many open files; ulimit -n)" in detail
+
+
+# 9. what a server says of itself is checked: a lie is INFRASTRUCTURE naming the field, never a ceiling
+@pytest.mark.parametrize("value", ["abc", -4096, 4096.5, True])
+def test_a_server_info_count_that_is_not_a_count_is_infrastructure_naming_the_field(value):
+    with pytest.raises(InfraError, match=r"/server_info says max_total_num_tokens = .*: not a whole number"):
+        SGLang().ceiling({"max_total_num_tokens": value, "max_running_requests": 8}, 128, 128)
+    with pytest.raises(InfraError, match=r"/props says total_slots = .*: not a whole number"):
+        LlamaCpp().ceiling({"total_slots": value, "default_generation_settings": {"n_ctx": 4096}}, 32, 32)
+
+
+def test_metric_samples_that_are_not_readings_are_left_out():
+    text = ("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{dp_rank=\"0\"} NaN\n"
+            "sglang:num_running_reqs{dp_rank=\"1\"} 7\n# TYPE sglang:num_queue_reqs gauge\n"
+            "sglang:num_queue_reqs{dp_rank=\"0\"} -3\n")
+    sample = SGLang().parse_metrics(text, 0.0)
+    assert sample.running == 7 and sample.queued is None
+
+
+# 10. a run file holding a number that is not a measurement is refused by name; --file is checked up front
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-5", "1e400"])
+def test_calibrate_refuses_a_run_file_whose_number_is_not_a_measurement(tmp_path, bad):
+    files = []
+    for i in range(2):
+        f = tmp_path / f"run{i}.json"
+        f.write_text(run_doc(f"r{i}", {8: result(8)}).model_dump_json())
+        files.append(f)
+    files[1].write_text(files[1].read_text().replace('"sustained_output_tps":1000.0', f'"sustained_output_tps":{bad}'))
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", "--dry-run", *map(str, files)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{files[1]}: configs.rr24-cds4.levels.8" in p.stderr and "sustained_output_tps" in p.stderr
+
+
+@pytest.mark.parametrize("target,words", [
+    ("/nonexistent-sglperf/dir/x.json", "the directory /nonexistent-sglperf/dir does not exist"),
+    ("/proc/x.json", "the directory /proc is not writable"),
+    ("/tmp", "is a directory; give a file path"),
+])
+def test_a_baseline_file_that_cannot_be_written_is_refused_before_anything_is_read(target, words):
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", "--file", target,
+                        "no-such-run.json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and f"--file {target}: {words}" in p.stderr, p.stderr
+    assert not Path("/nonexistent-sglperf").exists()

@@ -38,6 +38,7 @@ def scripts(layout="sglang"):
         "short_output": [c(1), c(3, {"type": "length", "length": 3}), b"data: [DONE]\n\n"],
         "long_output": [c(2), c(5, {"type": "length", "length": 5}), b"data: [DONE]\n\n"],
         "bad_chunk": [c(1), b"data: {not json\n\n", c(4, LENGTH), b"data: [DONE]\n\n"],
+        "count_shrinks": [c(3), c(2), c(4, LENGTH), b"data: [DONE]\n\n"],
     }
 
 
@@ -114,6 +115,19 @@ def test_http_200_streams_that_go_wrong_are_errors(script, layout):
     assert not rec.ok
     assert rec.error == script
     assert rec.http_status == 200
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_token_count_that_shrinks_is_a_bad_chunk_never_negative_tokens(layout):
+    rec = one("count_shrinks", layout=layout)
+    assert rec.error == "bad_chunk" and "token count 2 after 3: not a whole number that only grows" in rec.error_detail
+
+
+def test_a_stream_past_its_length_limit_names_the_field_it_went_past():
+    rec = one("long_output")
+    assert rec.error == "long_output"
+    assert "5 tokens generated, 4 asked: the server went past the length limit it was sent " \
+           "(sampling_params.max_new_tokens)" in rec.error_detail
 
 
 def test_non_200_is_an_http_status_error():

@@ -126,6 +126,34 @@ def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path):
     assert_clean(tmp_path)
 
 
+def test_a_hang_near_the_level_end_is_infrastructure_never_a_throughput_number(tmp_path):
+    """The level's time limit fires before the stall timeout: the drain still watches for the stall, so the level
+    ends INFRASTRUCTURE with the server log, no floor decided on the window before the hang, no history value (and,
+    invalid, no baseline entry: candidates and calibration take valid levels only)."""
+    p, out = suite(tmp_path, "--levels", "8", "--level-max-seconds", "9", "--server-arg=--fault-hang-after=4")
+    assert p.returncode == 1
+    assert "INFRASTRUCTURE: sim-ci/rr24-cds4 c8: server stalled" in out and "(while the level drained)" in out
+    assert "THROUGHPUT REGRESSION" not in out and "Server log: " in out
+    lv = run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["8"]
+    assert not lv["valid"] and lv["incomplete"]
+    assert_clean(tmp_path)
+
+
+def test_bench_against_a_server_that_hangs_mid_level_exits_nonzero_with_the_level_invalid(tmp_path):
+    srv = launch(LaunchSpec("sim", [*SIM, "--preset", "ci", "--fault-hang-after", "6"], tmp_path / "logs",
+                            launch_timeout_s=30, terminate_timeout_s=10))
+    try:
+        p = subprocess.run([sys.executable, "-m", "sglperf", "bench", "--url", srv.url, "--levels", "8",
+                            "--max-seconds", "8", "--stall-timeout", "20", "--json", str(tmp_path / "b.json")],
+                           capture_output=True, text=True, timeout=120, env=user_env())
+    finally:
+        srv.stop()
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "level incomplete: server stalled" in p.stdout
+    lv = json.loads((tmp_path / "b.json").read_text())["configs"]["bench"]["levels"]["8"]
+    assert not lv["valid"] and lv["incomplete"]
+
+
 # 6-9. wrong answers inside HTTP-200 streams, short outputs, queue-full 503s --------------------------------------
 @pytest.mark.parametrize("flag,kinds", [
     ("--server-arg=--fault-error-rate=0.05", ("abort", "stream_error")),
@@ -251,6 +279,57 @@ def test_the_api_key_appears_nowhere_in_reports_or_allure_results(tmp_path):
     log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
     assert "--api-key <redacted>" in log
     assert_clean(tmp_path)
+
+
+SECRETS = {"--api-key": "KEY-7f3a-sglperf", "--admin-api-key": "ADMIN-456-sglperf",
+           "--ssl-keyfile-password": "PW-789-sglperf"}
+
+
+def leaked(dirs, values) -> list[str]:
+    """Every file under `dirs` (gzip read through) holding any of `values`, with the value."""
+    import gzip
+
+    out = []
+    for d in dirs:
+        for f in Path(d).rglob("*"):
+            if f.is_file():
+                data = gzip.open(f).read() if f.name.endswith(".gz") else f.read_bytes()
+                out += [f"{f}: {v}" for v in values if v.encode() in data]
+    return out
+
+
+def test_every_secret_flag_is_redacted_from_every_file_the_run_writes(tmp_path):
+    """The secret flags (redact.SECRET_FLAGS) given through --server-arg, and a secret variable in the suite's
+    environment: the server logs its args in clear as SGLang does; no file of the run holds a value, and the
+    client authenticates with the --api-key the server was given."""
+    allure = tmp_path / "allure"
+    args = [f"--server-arg={f}={v}" for f, v in SECRETS.items()]
+    p, out = suite(tmp_path, "--levels", "8", "--alluredir", str(allure), *args,
+                   "--benchmark-json", str(tmp_path / "reports" / "bench.json"), env={"HF_TOKEN": "hf-TOKEN-sglperf"})
+    assert p.returncode in (0, 1), out[-2000:]
+    assert run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["8"]["valid"], "the key reached server and client"
+    values = [*SECRETS.values(), "hf-TOKEN-sglperf"]
+    assert leaked([tmp_path / "reports", allure], values) == []
+    assert not [v for v in values if v in out]
+    log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
+    assert '"admin_api_key": "<redacted>"' in log and "--admin-api-key=<redacted>" in log
+
+
+def test_the_server_log_lands_in_the_reports_dir_when_the_profile_is_a_path(tmp_path):
+    prof = tmp_path / "elsewhere" / "my.toml"
+    prof.parent.mkdir()
+    prof.write_text((ROOT / "profiles" / "sim-ci.toml").read_text())
+    p, out = suite(tmp_path, "--profile", str(prof), "--levels", "8")
+    assert p.returncode in (0, 1), out[-2000:]
+    assert [f.name.startswith("sim-ci-rr24-cds4-") for f in (tmp_path / "reports" / "servers").glob("*.log")] == [True]
+    assert not list(prof.parent.glob("*.log"))
+
+
+def test_a_profile_name_that_is_not_one_path_segment_is_a_usage_error(tmp_path):
+    prof = tmp_path / "bad.toml"
+    prof.write_text((ROOT / "profiles" / "sim-ci.toml").read_text().replace('name = "sim-ci"', 'name = "../sim-ci"'))
+    p, out = suite(tmp_path, "--profile", str(prof), "--levels", "8")
+    assert p.returncode == 4 and str(prof) in out and "name" in out, out[-2000:]
 
 
 def test_servers_bind_loopback_by_default_and_nothing_starts_through_a_shell():

@@ -12,6 +12,8 @@ from ..record import baselines
 from .. import profiles
 from ..records import GATED, LATENCY
 from ..record.rundoc import load_run
+from ..fileio import check_file_target
+from .argtypes import fraction
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,18 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--dry-run", action="store_true")
 
 
-def fraction(option: str):
-    def parse(text: str) -> float:
-        try:
-            x = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{option} takes a fraction in [0, 1), e.g. 0.05; got {text!r}") from None
-        if not 0 <= x < 1:
-            raise argparse.ArgumentTypeError(f"{option} takes a fraction in [0, 1), e.g. 0.05; got {text!r}")
-        return x
-    return parse
-
-
 def calibration_runs(paths: list[str]):
     """The run files calibrate may use: one of each run, every one finished."""
     runs, seen = [], {}
@@ -76,6 +66,12 @@ def calibration_runs(paths: list[str]):
 
 def _target(file: str | None, profile: str, hardware_class: str) -> Path:
     return Path(file) if file else baselines.default_path(profile, hardware_class)
+
+
+def _check_target(args) -> None:
+    """--file is checked before any run file is read or any suite is run for --repeat."""
+    if args.baseline_cmd in ("update", "calibrate") and args.file and not args.dry_run:
+        check_file_target(args.file, "--file")
 
 
 def _write(target: Path, new: baselines.BaselineFile, dry_run: bool) -> None:
@@ -101,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args) -> int:
+    _check_target(args)
     if args.baseline_cmd == "show":
         files = [Path(args.file)] if args.file else sorted(
             (baselines.BASELINE_DIR / args.profile).glob("*.json") if args.profile

@@ -24,6 +24,8 @@ from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..record.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
 from ..redact import api_key_from_env
+from .argtypes import fraction, non_negative, positive
+from ..environment.host import open_files_problem
 
 CONFIG = "bench"  # the run document's one config
 
@@ -70,27 +72,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--levels", type=int_list, default=None, help="closed-loop concurrencies, e.g. 8,16,32")
     g.add_argument("--rates", type=float_list, default=None, help="open-loop request rates (req/s)")
-    p.add_argument("--max-concurrency", type=int, default=None, help="concurrency cap for --rates")
-    p.add_argument("--burstiness", type=float, default=1.0)
-    p.add_argument("--isl", type=int, default=128)
-    p.add_argument("--osl", type=int, default=128)
+    p.add_argument("--max-concurrency", type=positive("--max-concurrency", int, "64"), default=None,
+                   help="concurrency cap for --rates")
+    p.add_argument("--burstiness", type=positive("--burstiness"), default=1.0)
+    p.add_argument("--isl", type=positive("--isl", int, "128"), default=128)
+    p.add_argument("--osl", type=positive("--osl", int, "128"), default=128)
     p.add_argument("--vocab-range", type=vocab_range, default=None, help="prompt ids are drawn from [LOW,HIGH) "
                    "(default: from the served model's vocabulary V, [min(1000, V/4), V); else from --tokenizer's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
-    p.add_argument("--ci-target", type=float, default=0.01, help="CI half-width / sustained to stop at (0.01)")
-    p.add_argument("--ratio", type=float, default=0.9, help="steady-state in-flight ratio (0.9)")
-    p.add_argument("--max-seconds", type=float, default=600.0, help="longest a level may run")
+    p.add_argument("--ci-target", type=fraction("--ci-target", lower_open=True, example="0.01"), default=0.01,
+                   help="CI half-width / sustained to stop at (0.01)")
+    p.add_argument("--ratio", type=fraction("--ratio", lower_open=True, upper_closed=True, example="0.9"),
+                   default=0.9, help="steady-state in-flight ratio (0.9)")
+    p.add_argument("--max-seconds", type=positive("--max-seconds", example="600"), default=600.0,
+                   help="longest a level may run")
     p.add_argument("--client-procs", default="1", help="client processes a closed-loop level's streams are sharded "
                    "over: a count, or auto (from the previous level's rate and the free cores)")
-    p.add_argument("--min-seconds", type=float, default=0.0)
-    p.add_argument("--stall-timeout", type=float, default=60.0)
-    p.add_argument("--request-timeout", type=float, default=3600.0)
+    p.add_argument("--min-seconds", type=non_negative("--min-seconds"), default=0.0)
+    p.add_argument("--stall-timeout", type=positive("--stall-timeout", example="60"), default=60.0)
+    p.add_argument("--request-timeout", type=positive("--request-timeout", example="3600"), default=3600.0)
     p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between levels")
-    p.add_argument("--slo-ttft-ms", type=float, default=None,
+    p.add_argument("--slo-ttft-ms", type=positive("--slo-ttft-ms", example="500"), default=None,
                    help="goodput: a request meets the SLO when its TTFT is at most this (and its TPOT at most "
                         "--slo-tpot-ms, where given)")
-    p.add_argument("--slo-tpot-ms", type=float, default=None, help="goodput: TPOT bound of the SLO (ms)")
+    p.add_argument("--slo-tpot-ms", type=positive("--slo-tpot-ms", example="50"), default=None,
+                   help="goodput: TPOT bound of the SLO (ms)")
     p.add_argument("--json", dest="json_path", default=None, help="write the run as JSON")
     p.add_argument("--records", default=None, help="write per-request records as JSONL (.gz to compress)")
 
@@ -207,6 +214,18 @@ def check_outputs(args: argparse.Namespace) -> None:
             check_writable(d, f"{option} {value}: the directory", option)
 
 
+def check_open_files(args: argparse.Namespace) -> None:
+    """Every level's streams fit the process's open-file limit, before the first level."""
+    setting = parse_client_procs(args.client_procs)
+    procs = setting if isinstance(setting, int) else 1  # auto may choose one
+    for spec in specs(args):
+        streams = spec.concurrency or spec.max_concurrency
+        why = open_files_problem(streams, procs, f"--levels {streams}" if spec.concurrency else
+                                 f"--max-concurrency {streams}") if streams else None
+        if why:
+            raise UsageError(why)
+
+
 def main(args: argparse.Namespace) -> int:
     ctx: dict = {}
     interrupted = False
@@ -216,6 +235,7 @@ def main(args: argparse.Namespace) -> int:
                       path=Path(args.json_path) if args.json_path else None)
     try:
         check_outputs(args)
+        check_open_files(args)
         run(args, rec, ctx)
     except (ValueError, SglperfError) as e:
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)

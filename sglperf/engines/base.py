@@ -7,6 +7,8 @@ client, level runner, verdicts, fingerprint, CLI and suite ask the adapter and n
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -84,6 +86,21 @@ def check_url(url: str, what: str = "--server-url") -> str:
     if port == 0:
         raise UsageError(f"{what} {url!r}: port 0 is not a server's port")
     return url.rstrip("/")
+
+
+def server_count(info: dict, key: str, *, where: str = "/server_info", low: int = 1, high: int = 1 << 40) -> int | None:
+    """A count a server says of itself (a KV pool, a cap, a page size), checked: None where it does not say it,
+    the whole number where it is one in [low, high], an InfraError naming the field and value otherwise (a server
+    that says its KV pool holds -4096 or "abc" tokens cannot be measured against its own ceiling)."""
+    v = info.get(key) if isinstance(info, dict) else None
+    if v is None:
+        return None
+    n = v if isinstance(v, int) and not isinstance(v, bool) else (
+        int(v) if isinstance(v, float) and v.is_integer() else None)
+    if n is None or not low <= n <= high:
+        raise InfraError(f"{where} says {key} = {json.dumps(v)[:80]}: not a whole number in [{low:,}, {high:,}]; "
+                         f"the server's answer about itself cannot be trusted")
+    return n
 
 
 class Engine:
@@ -174,8 +191,8 @@ class Engine:
         for fam in text_string_to_metric_families(text):
             for key, spec in self.series.items():
                 for s in fam.samples:
-                    if spec.matches(s.name, s.labels):
-                        acc.setdefault(key, []).append(float(s.value))
+                    if spec.matches(s.name, s.labels) and math.isfinite(s.value) and s.value >= 0:
+                        acc.setdefault(key, []).append(float(s.value))  # NaN, inf or below 0: not a reading
         if not acc:
             return None
         values = {k: (sum(v) / len(v) if self.series[k].combine == "mean" else sum(v)) for k, v in acc.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..categories import InfraError
 from ..records import Ceiling, ServerSample
-from .base import Engine, Series
+from .base import Engine, Series, server_count
 
 GPU_LAYER_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
 
@@ -67,13 +67,15 @@ class LlamaCpp(Engine):
     def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
         """Each slot decodes one sequence: the slot count is the admission cap that binds. Its KV cells could hold
         slots x (per-slot context // tokens per request) sequences, so the KV is not what binds."""
-        slots = info.get("total_slots")
-        n_ctx = (info.get("default_generation_settings") or {}).get("n_ctx")
+        slots = server_count(info, "total_slots", where="/props")
+        settings = info.get("default_generation_settings")
+        n_ctx = server_count(settings if isinstance(settings, dict) else {}, "n_ctx",
+                             where="/props default_generation_settings")
         if not slots or not n_ctx:
             return None
         per = isl + osl
-        kv = int(slots) * (int(n_ctx) // per)
-        return Ceiling(kv, int(slots), int(slots), "cap" if int(slots) < kv else "kv", per)
+        kv = slots * (n_ctx // per)
+        return Ceiling(kv, slots, slots, "cap" if slots < kv else "kv", per)
 
     def uses_gpu(self, argv: list[str]) -> bool:
         for i, a in enumerate(argv):

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..records import Ceiling, ServerSample
-from .base import Engine, FlagCheck, Series
+from .base import Engine, FlagCheck, Series, server_count
 
 VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
 
@@ -139,12 +139,15 @@ class SGLang(Engine):
         return info.get("served_model_name") or super().served_model(url, api_key, info, timeout)
 
     def ceiling(self, info: dict, isl: int, osl: int) -> Ceiling | None:
-        total = info.get("max_total_num_tokens")
+        total = server_count(info, "max_total_num_tokens")
         if not total:
             return None
-        states = info.get("internal_states") or [{}]
-        cap = (states[0] or {}).get("effective_max_running_requests_per_dp") or info.get("max_running_requests")
-        return predict_ceiling(int(total), int(info.get("page_size") or 1), isl, osl, int(cap) if cap else None)
+        states = info.get("internal_states")
+        state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+        cap = (server_count(state, "effective_max_running_requests_per_dp",
+                            where="/server_info internal_states[0]")
+               or server_count(info, "max_running_requests"))
+        return predict_ceiling(total, server_count(info, "page_size") or 1, isl, osl, cap)
 
     def check_flags(self, argv: list[str]) -> FlagCheck:
         found = installed_flags()

@@ -15,6 +15,7 @@ from importlib import metadata
 
 from ..categories import UsageError
 from . import gpu
+from ..redact import SECRET_FLAGS, redact_argv
 
 # Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
 PACKAGES = {
@@ -51,16 +52,17 @@ def package_versions() -> dict[str, str | None]:
 
 def args_hash(argv: list[str]) -> str:
     """sha256 of the launch command as the profile writes it: placeholders ({python}, {llama_server}, …) unresolved,
-    without host/port/api key. So the same config hashes the same in every checkout, venv and cache."""
-    skip, kept = False, []
+    without host/port and the secret flags (redact.SECRET_FLAGS). So the same config hashes the same in every
+    checkout, venv and cache, and a hash says nothing of a key."""
+    skip, kept, dropped = False, [], ("--host", "--port", *SECRET_FLAGS)
     for a in argv:
         if skip:
             skip = False
             continue
-        if a in ("--host", "--port", "--api-key"):
+        if a in dropped:
             skip = True
             continue
-        if a.startswith(("--host=", "--port=", "--api-key=")):
+        if a.startswith(tuple(f + "=" for f in dropped)):
             continue
         kept.append(a)
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
@@ -118,7 +120,8 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         "model_path": model_path or info.get("model_path"),
         "model_revision": info.get("revision"),
         "server_args_hash": args_hash(argv_template),
-        "server_args": " ".join(argv_template[1:]),  # as the profile writes them: a regression names what changed
+        # as the profile writes them, secrets' values replaced: a regression names what changed
+        "server_args": " ".join(redact_argv(argv_template[1:])),
         "engine": engine.name,
         "python_executable": sys.executable,
     }

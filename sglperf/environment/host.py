@@ -73,6 +73,7 @@ class HostMonitor:
         self.clock, self.server_pids, self.period = clock, server_pids or (lambda: []), period
         self.client_pids = client_pids or (lambda: [])  # the client's own worker processes (--client-procs)
         self.samples: list[HostSample] = []
+        self.error: str | None = None
         self._me = psutil.Process()
         self._pids: list[int] = []
 
@@ -87,11 +88,37 @@ class HostMonitor:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            self.samples.append(await asyncio.to_thread(self.sample))
+            try:
+                self.samples.append(await asyncio.to_thread(self.sample))
+            except OSError as e:  # out of open files, say: the level's own checks name it; sampling goes on
+                self.error = f"host sampling failed: {e}"
             try:
                 await asyncio.wait_for(stop.wait(), self.period)
             except asyncio.TimeoutError:
                 pass
+
+
+FD_RESERVE = 64  # open files the suite needs beside its streams: logs, pipes, scrapes, /proc reads, a shard's own
+
+
+def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
+    """Why a level of `concurrency` streams (over `procs` client processes: one connection each) cannot be held
+    within this process's hard open-file limit, or None. (The load generator raises its soft limit to the hard one,
+    as load generators do: only the hard limit bounds a level.)"""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = 16
+    need = -(-concurrency // max(1, procs)) + open_now + FD_RESERVE
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        return None
+    return (f"{option}: a level of {concurrency:,} streams needs about {need:,} open files in one client process "
+            f"(one connection per stream, {open_now + FD_RESERVE} for the suite), but this process may open at most "
+            f"{hard:,} (ulimit -n, hard limit): raise it (ulimit -n {need} as root, LimitNOFILE= in a systemd unit, "
+            f"nofile in /etc/security/limits.conf), or measure fewer streams, or spread them with --client-procs")
 
 
 MAX_MEM_STALL_SHARE = 0.10  # tasks waiting for memory more than 10% of the window

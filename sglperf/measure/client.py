@@ -8,6 +8,7 @@ request can go wrong ends as an error kind on its record; nothing wrong is ever 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import resource
@@ -273,6 +274,11 @@ class LoadGenerator:
             p.fail("connection", str(e))
         except ConnectionError as e:
             p.fail("connection", f"{type(e).__name__}: {e}")
+        except OSError as e:  # the socket could not be made: out of open files (EMFILE), above all
+            if e.errno == errno.EMFILE:
+                p.fail("open_files", f"the client process is out of open files ({e}; ulimit -n)")
+            else:
+                p.fail("connection", f"{type(e).__name__}: {e}")
         finally:
             rec = p.record(self.clock(), cancelled=cancelled)
             del self.in_flight[index]
@@ -313,6 +319,11 @@ class LoadGenerator:
                     p.fail("stream_error", f"error inside an HTTP-200 stream: {json.dumps(obj['error'])[:300]}")
                     return
                 count = chunk(obj, p, prev)
+            if type(count) is not int or count < prev:  # a count read off the server's answer, checked
+                p.fail("bad_chunk", f"token count {json.dumps(count)[:40]} after {prev}: not a whole number that "
+                                    f"only grows: {data.strip()[:120]!r}")
+                done = True
+                return
             if count > prev:  # the tokens this chunk added arrived now
                 times.append(now)
                 tokens.append(count - prev)
@@ -338,8 +349,11 @@ class LoadGenerator:
             elif tok is not None and p.texts is not None:
                 p.reconcile(tok.count("".join(p.texts)), "retokenized")
         n = sum(p.tokens)
-        if p.error is None and n != p.max_tokens:
+        if p.error is None and n < p.max_tokens:
             how = ("ignore_eos" if self.target.shape.ignore_eos else "min_tokens" if self.target.shape.min_tokens
                    else "the server accepts neither ignore_eos nor min_tokens, so it may stop early")
-            p.fail("short_output" if n < p.max_tokens else "long_output",
-                   f"{n} tokens generated, {p.max_tokens} asked ({how})")
+            p.fail("short_output", f"{n} tokens generated, {p.max_tokens} asked ({how})")
+        elif p.error is None and n > p.max_tokens:
+            p.fail("long_output", f"{n} tokens generated, {p.max_tokens} asked: the server went past the length "
+                                  f"limit it was sent ({self.target.wire.limit_field}), or its chunks count tokens "
+                                  f"it did not generate")

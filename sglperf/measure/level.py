@@ -290,19 +290,37 @@ async def _watch(gen, load: asyncio.Task, check: Checker, spec: LevelSpec, polic
             return stop, decision
 
 
-async def _drain(gen, load: asyncio.Task, stop: Stop, spec: LevelSpec) -> None:
+async def _drain(gen, load: asyncio.Task, stop: Stop, spec: LevelSpec, clock) -> Stop:
     """Requests in flight finish (up to the drain timeout: 3 median lifetimes + 10 s); a level cut short or failing
-    cancels them."""
+    cancels them. The drain is part of the level: a server that goes silent then has stalled as much as one that goes
+    silent before the level's end (its in-flight requests would otherwise be cancelled uncounted and the window
+    before the hang taken as the level's throughput), and requests it never finishes mean the same. Returns the stop
+    the level ends with."""
     if stop.incomplete or stop.failing:
         load.cancel()
-    else:
-        ok = sorted(r.end_time - r.send_time for r in gen.records if r.ok)
-        lifetime = ok[len(ok) // 2] if ok else 10.0
-        drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
-        done, _ = await asyncio.wait({load}, timeout=drain)
-        if not done:
+        await asyncio.gather(load, return_exceptions=True)
+        return stop
+    ok = sorted(r.end_time - r.send_time for r in gen.records if r.ok)
+    lifetime = ok[len(ok) // 2] if ok else 10.0
+    drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
+    t0 = clock()
+    quiet_from = t0 - (spec.stall_timeout_s if gen.last_chunk_time is None else 0.0)
+    while not load.done():
+        await asyncio.wait({load}, timeout=0.25)
+        now = clock()
+        if load.done():
+            break
+        hang = stalled(gen, now, quiet_from, spec.stall_timeout_s)
+        if hang is None and now - t0 > drain and gen.in_flight:
+            hang = Stop("drain_timeout", incomplete=True,
+                        note=f"server stalled: {len(gen.in_flight)} requests still in flight {now - t0:.0f} s after "
+                             f"the level stopped sending (drain timeout: 3 median lifetimes + 10 s = {drain:.0f} s)")
+        if hang is not None:
             load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            return replace(hang, note=hang.note + " (while the level drained)")
     await asyncio.gather(load, return_exceptions=True)
+    return stop
 
 
 def _generator(target: Target, workload: Workload, spec: LevelSpec, client_procs: int, clock):
@@ -357,7 +375,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
         finally:
             stopped_at = clock()
             stop_load.set()
-        await _drain(gen, load, stop, spec)
+        stop = await _drain(gen, load, stop, spec, clock)
         await monitors.stop()
         records = sorted(gen.records, key=lambda r: r.index)
     return _measurement(records, monitors, samples(), stop, decision, stopped_at, spec, workload, policy, gen,
@@ -377,7 +395,7 @@ def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decisi
     result = level_result(records, concurrency=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
                           policy=policy, end=end, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
                           samples=LevelSamples(m.scraper.samples, client_samples, m.host.samples, m.gpu.samples))
-    warnings = result.warnings + ((m.gpu.error,) if m.gpu.error else ())
+    warnings = result.warnings + tuple(e for e in (m.gpu.error, m.host.error) if e)
     if m.scraper.errors:
         warnings += (scrape_warning(m.scraper, result),)
     result = replace(result, connection_retries=gen.connection_retries, client_procs=procs, warnings=warnings,

@@ -9,6 +9,7 @@ is parsed where it lands: no future, no task step, one clock reading per read.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -142,6 +143,8 @@ class StreamClient:
         except asyncio.TimeoutError:
             raise StreamError(f"no connection to {self.host}:{self.port} within {self.connect_timeout:g} s") from None
         except OSError as e:
+            if e.errno == errno.EMFILE:  # not the server's doing: the client's own limit (the load generator names it)
+                raise
             raise StreamError(f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
         return proto
 

@@ -17,6 +17,7 @@ from ..records import Shape
 
 class Wire:
     name = ""
+    limit_field = "the length limit"  # the request field that caps the output
     path = ""
 
     def body(self, prompt, workload, model: str | None, shape: Shape) -> dict:
@@ -41,6 +42,7 @@ class NativeGenerate(Wire):
 
     name = "sglang"
     path = "/generate"
+    limit_field = "sampling_params.max_new_tokens"
 
     def body(self, prompt, workload, model, shape):
         sp = {"max_new_tokens": workload.osl, "temperature": workload.temperature}
@@ -115,6 +117,7 @@ class OpenAICompletions(Wire):
 
     name = "openai"
     path = "/v1/completions"
+    limit_field = "max_tokens"
 
     def prompt_field(self, prompt) -> dict:
         return {"prompt": prompt.ids if prompt.ids is not None else prompt.text}

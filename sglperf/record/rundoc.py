@@ -6,11 +6,12 @@ error naming file and field, never a KeyError three modules later.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from ..categories import UsageError
 from ..fileio import read_json
@@ -36,9 +37,34 @@ def _level_fields() -> dict:
     return out
 
 
+SIGNED = {"ci_ar1", "window_start", "window_end", "sim_behind_share"}  # may be below zero; every number is finite
+MOST = 1e12  # past any rate, latency or count a level measures: a number above it is damage, not a measurement
+
+
+class _Level(Strict):
+    """Every number a level stores is a measurement: finite, not below zero (but the few that may be), and below
+    MOST. A run file with NaN, Infinity, a negative rate or 1e308 tok/s is refused naming the field, never
+    averaged into a baseline."""
+
+    @model_validator(mode="after")
+    def _plausible(self):
+        for name, value in self:
+            values = (value.items() if isinstance(value, dict) else dataclasses.asdict(value).items()
+                      if dataclasses.is_dataclass(value) else [("", value)])
+            for sub, v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    continue
+                field = f"{name}.{sub}" if sub else name
+                if not math.isfinite(v):
+                    raise ValueError(f"{field} is {v}: not a measurement")
+                if (v < 0 and name not in SIGNED) or abs(v) > MOST:
+                    raise ValueError(f"{field} is {v:g}: outside what a level measures (0 .. {MOST:g})")
+        return self
+
+
 # One measured level as the run file stores it: every LevelResult field, plus where its raw data went.
 LevelDoc = create_model(
-    "LevelDoc", __base__=Strict, **_level_fields(),
+    "LevelDoc", __base__=_Level, **_level_fields(),
     stop_reason=(str, ...), scrape_source=(str | None, None), records_file=(str | None, None),
     server_samples_file=(str | None, None), epoch_ms=(tuple[int, int] | None, None),
 )

@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=30000)
     g.add_argument("--api-key", default=None)
+    g.add_argument("--admin-api-key", default=None)  # guards SGLang's admin endpoints; the simulator has none
+    g.add_argument("--ssl-keyfile-password", default=None)  # SGLang's; the simulator serves plain HTTP
     g.add_argument("--enable-metrics", action="store_true")
     g.add_argument("--decode-log-interval", type=int, default=40)
     g.add_argument("--stream-interval", type=int, default=1)

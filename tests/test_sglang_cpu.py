@@ -1,0 +1,43 @@
+"""The suite against real SGLang 0.5.23 on the CPU, where only the real server shows it: SGLang prints its server
+args (secrets in clear) into its own log and refuses what it cannot serve in its own words. Needs `sglperf sglang
+prepare --cpu` (skipped without it, a failure under SGLPERF_REQUIRE_SGLANG=1)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import user_env
+from .test_faults import ROOT, leaked
+from .test_sglang_contract import _require_sglang
+
+SECRETS = {"--api-key": "KEY-7f3a-sglperf", "--admin-api-key": "ADMIN-456-sglperf"}
+
+
+def run_suite(tmp_path, *args):
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang",
+           "--perf-config", "rr4", "--levels", "2", "--reports-dir", str(tmp_path / "reports"), *args]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
+    return p, p.stdout + p.stderr
+
+
+def test_sglangs_secret_flags_reach_no_file_the_run_writes(tmp_path):
+    """Every secret flag SGLang serves plain HTTP with (--ssl-keyfile-password needs a certificate: see the next
+    test), through --server-arg: the client authenticates with the server's --api-key, and no file of the run (run
+    file, history, server log, Allure results, benchmark JSON) holds a value."""
+    _require_sglang()
+    allure = tmp_path / "allure"
+    p, out = run_suite(tmp_path, "--alluredir", str(allure), "--benchmark-json", str(tmp_path / "reports" / "b.json"),
+                       *[f"--server-arg={f}={v}" for f, v in SECRETS.items()])
+    assert p.returncode == 0, out[-3000:]
+    assert leaked([tmp_path / "reports", allure], SECRETS.values()) == []
+    log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
+    assert "admin_api_key': '<redacted>'" in log  # SGLang's own ServerArgs line, its value replaced
+
+
+def test_a_flag_sglang_refuses_fails_at_start_in_sglangs_words_with_its_value_redacted(tmp_path):
+    _require_sglang()
+    p, out = run_suite(tmp_path, "--server-arg=--ssl-keyfile-password=PW-789-sglperf")
+    assert p.returncode == 1
+    assert "ValueError: --ssl-keyfile-password has no effect without --ssl-certfile and --ssl-keyfile." in out
+    assert "PW-789-sglperf" not in out and leaked([tmp_path / "reports"], ["PW-789-sglperf"]) == []
