@@ -148,8 +148,33 @@ def test_the_expected_gain_is_decided_on_the_levels_past_the_base_ceiling_togeth
 def test_the_plateau_is_measured_from_the_first_level_where_requests_wait():
     c = predict_ceiling(1024, 16, 32, 32, 4)
     res = {4: lr(4, 780, ci=5, running=4), 8: lr(8, 880, ci=5, running=4, queued=4),
-           16: lr(16, 885, ci=5, running=4, queued=12)}  # c4 loses each slot's client round trip: +13% to c8
+           16: lr(16, 885, ci=6, running=4, queued=12)}  # c4 loses each slot's client round trip: +13% to c8
     v = check_plateau(res, c, band=0.07)
     assert v.passed and v.reference_level == 8 and "not judged" in v.message
     assert check_plateau({4: res[4], 8: res[8]}, c, band=0.07).reference_level == 4, \
         "with one level past the ceiling, the one at it is the only reference there is"
+
+
+def test_the_plateau_reference_is_its_most_precise_level_and_never_judged_against_itself():
+    """The 2-core CI host: c8 at ±22.6% made every ratio against it undecided, itself included (+0.0% ± 32%)."""
+    c = predict_ceiling(1024, 16, 32, 32, 4)
+    res = {4: lr(4, 843.8, ci=105.6, running=4), 8: lr(8, 910.6, ci=206.3, running=4, queued=3.2),
+           16: lr(16, 901.8, ci=17.5, running=4, queued=11.8), 32: lr(32, 903.9, ci=14.1, running=4, queued=27.9)}
+    v = check_plateau(res, c, band=0.15)
+    assert v.outcome == "pass" and v.reference_level == 32, v.message
+    assert "vs c32 straddles" not in v.message and "c8: +0.7% ± 22.7% vs c32: its own interval (±22.7%) is wider " \
+        "than the band, so it cannot test it; consistent with the plateau, set aside" in v.message
+
+
+def test_a_level_too_imprecise_to_test_the_band_is_set_aside_only_while_it_leans_inside_it():
+    c = predict_ceiling(2048, 16, 32, 32, 8)
+    ci_run = {8: lr(8, 969.9, ci=68.7, running=8), 16: lr(16, 984.3, ci=31.4, running=8, queued=6.6),
+              32: lr(32, 1031.2, ci=357.9, running=8, queued=23.6)}  # the CI host: +4.8% ± 34.9%
+    assert check_plateau(ci_run, c, band=0.15).outcome == "pass"
+    leaning = {**ci_run, 32: lr(32, 870.0, ci=357.9, running=8, queued=23.6)}  # -11.6%: past the inner half
+    assert check_plateau(leaning, c, band=0.15).outcome == "inconclusive"
+    both = {**ci_run, 16: lr(16, 984.3, ci=250.0, running=8, queued=6.6)}  # the reference as imprecise
+    v = check_plateau(both, c, band=0.15)
+    assert v.outcome == "inconclusive" and "but so is the reference c16's" in v.message, v.message
+    collapsed = {**ci_run, 32: lr(32, 300.0, ci=120.0, running=8, queued=23.6)}  # -69.5% ± 40%
+    assert check_plateau(collapsed, c, band=0.15).outcome == "violated"
