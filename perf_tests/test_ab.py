@@ -26,6 +26,9 @@ def test_config_ab(perf_profile, perf_session, request):
     missing = [f"{c} c{lv}" for c in runs for lv in levels if lv not in res[c]]
     if missing or not all(runs.values()):
         pytest.skip(f"A/B needs both configs measured in this session; missing: {', '.join(missing) or 'servers'}")
+    wrong = [f for r in runs.values() if (f := r.canary_failure("A/B"))]
+    if wrong:
+        pytest.fail("\n".join(wrong), pytrace=False)
     invalid = [f"{c} c{lv}" for c in res for lv, r in res[c].items() if not r.valid]
     if invalid:
         pytest.fail(f"{INVALID}: cannot judge the A/B, invalid levels: {', '.join(invalid)}", pytrace=False)

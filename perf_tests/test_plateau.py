@@ -52,6 +52,8 @@ def _check(run, perf_session):
         r = run.measure(lv).result
         if r.incomplete:
             pytest.fail(f"{INFRA}: {run.where} c{lv}: {r.note}", pytrace=False)
+        if run.canary_failure("plateau"):
+            pytest.fail(run.canary_failure("plateau"), pytrace=False)
         if not r.valid:
             pytest.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: {'; '.join(r.invalid_reasons)}",
                         pytrace=False)

@@ -18,6 +18,9 @@ class Category(Enum):
     INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
     INFRA = ("INFRASTRUCTURE", "Infrastructure (server failed to start or died)")
     USAGE = ("USAGE ERROR", "Usage error")
+    DEGENERATE = ("OUTPUT DEGENERATE", "Output degenerate (the server's tokens are garbage: its speed means nothing)")
+    CHANGED = ("OUTPUT CHANGED", "Output changed since the baseline")
+    WRONG = ("OUTPUT WRONG", "Output wrong (a known answer was missed)")
 
     @property
     def prefix(self) -> str:
@@ -32,7 +35,8 @@ class Category(Enum):
         return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
 
 
-REGRESSION, LATENCY, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE = (c.prefix for c in Category)
+REGRESSION, LATENCY, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED, WRONG = (
+    c.prefix for c in Category)
 
 
 class SglperfError(Exception):

@@ -105,6 +105,37 @@ class MeasurementSection(Strict):
     min_tolerance: float = Field(0.03, ge=0, lt=1)
 
 
+class CanarySection(Strict):
+    """A few fixed greedy requests at concurrency 1 before each config's ladder (judge/canary.py): their output
+    must not be degenerate, must match the baseline's first `compare_tokens` ids where it holds them, and each
+    `expect` regex (one per prompt, for real models with known answers) must match its text."""
+
+    enabled: bool = True
+    count: int = Field(3, ge=1, le=32)  # prompts drawn from the workload's id range with `seed`, unless given
+    seed: int = 1234
+    input_len: int = Field(16, ge=1)
+    output_len: int = Field(16, ge=2)
+    prompts: list[list[int]] | None = None  # token ids, one list per prompt
+    texts: list[str] | None = None  # or text prompts (servers with a tokenizer)
+    expect: list[str | None] | None = None
+    max_top_share: float = Field(0.9, gt=0, le=1)
+    min_distinct: int = Field(2, ge=1)
+    compare_tokens: int = Field(8, ge=1)
+
+    def rules(self):
+        from .judge.canary import CanaryRules
+
+        return CanaryRules(self.max_top_share, self.min_distinct, self.compare_tokens)
+
+    def prompt_ids(self, low: int, high: int) -> list[list[int]]:
+        import numpy as np
+
+        if self.prompts is not None:
+            return self.prompts
+        rng = np.random.default_rng(self.seed)
+        return [rng.integers(low, high, self.input_len).tolist() for _ in range(self.count)]
+
+
 class SloSection(Strict):
     """The service-level objective goodput counts against: per request, TTFT and TPOT at or below these (ms). Named
     for the percentile the SLO is meant at (MLPerf's server scenario caps p99 TTFT and TPOT)."""
@@ -143,6 +174,7 @@ class Profile(Strict):
     workload: WorkloadSection
     measurement: MeasurementSection = MeasurementSection()
     slo: SloSection | None = None
+    canary: CanarySection = CanarySection()
     levels: list[int]
     configs: list[ConfigSection]
     ab: ABSection | None = None

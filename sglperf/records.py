@@ -28,6 +28,17 @@ ERROR_KINDS = (
 
 
 @dataclass(frozen=True)
+class CanaryOutput:
+    """One greedy canary request and what came back: the ids where the wire gives them, the text where it does."""
+
+    prompt_ids: tuple[int, ...] | None
+    prompt_text: str | None
+    output_ids: tuple[int, ...] | None
+    text: str | None
+    seconds: float
+
+
+@dataclass(frozen=True)
 class RequestRecord:
     index: int
     send_time: float

@@ -23,6 +23,7 @@ from .report import allure as report
 from . import launch as launcher
 from .fileio import check_writable
 from .categories import INFRA, INVALID, InfraError, UsageError
+from .measure.canary import run_canary
 from .measure.client import Target, Workload
 from .measure.shards import parse_client_procs, resolve_client_procs
 from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, parse_levels, run_level
@@ -30,9 +31,11 @@ from .measure.metrics import MeasurementPolicy
 from .measure.negotiate import connect, vocabulary_problem
 from .redact import api_key_from_env, argv_secrets, env_secrets, redact, redact_argv, register, secrets
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
+from .record.rundoc import CanaryDoc
 from .records import Ceiling, LevelResult
 from .judge import verdict
 from .judge.noise import Noise
+from .judge.canary import CanaryVerdict, check_canary
 from .judge.verdict import decides_floor
 
 
@@ -102,6 +105,9 @@ class ConfigRun:
     fingerprint: dict
     lock: FileLock | None = None
     starts: int = 1  # server starts of this config in this run (replicates restart it)
+    canary: list | None = None  # CanaryOutputs, taken before the ladder (None: the profile turns it off)
+    canary_error: str | None = None  # why the canary could not be taken
+    canary_verdict: "CanaryVerdict | None" = None
 
     @property
     def where(self) -> str:
@@ -147,7 +153,16 @@ class ConfigRun:
         if not r.valid:
             return (f"{INVALID}: {self.where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
                     + f". Server log: {self.log_path}")
-        return None
+        return self.canary_failure(f"c{r.concurrency}")
+
+    def canary_failure(self, what: str) -> str | None:
+        """Fast but wrong: where the output canary failed, nothing measured from this server is judged."""
+        v = self.canary_verdict
+        if v is None or v.passed:
+            return None
+        return (f"{INVALID}: {self.where} {what}: measured (shown in the summary), not judged: the output canary "
+                f"failed ({v.category.prefix}; test_output_canary quotes the tokens): a server that returns "
+                f"garbage may be fast")
 
     def server_count(self, r) -> "verdict.CountVerdict":
         """The client's sustained tok/s against the server's own count over the same window."""
@@ -178,6 +193,7 @@ class Suite:
         self.runs: dict[tuple[str, str], ConfigRun] = {}
         self.candidates: list[str] = []
         self.history_path: Path | None = None
+        self.withheld: list[str] = []  # why a run was kept out of the history and the candidates
         self.interrupted = False
         self.late_problems: list[str] = []
         self.cleaned: list[str] = []
@@ -352,7 +368,32 @@ class Suite:
             ceiling=run.ceiling.__dict__ if run.ceiling else None, engine=conn.describe(engine),
             flag_check={"source": flags.source, "problems": list(flags.problems)} if flags else None))
         self.runs[(prof.name, cname)] = run
+        self.take_canary(run, conn.vocab_size)
         return run
+
+    def take_canary(self, run: ConfigRun, vocab: int | None) -> None:
+        """The config's greedy canary, before any level (it costs seconds), judged at once: whether the run may
+        become history or a baseline must not depend on which tests were selected."""
+        c = run.profile.canary
+        taken = self.recorder(run.profile).doc.configs.get(run.name)
+        if not c.enabled or run.canary is not None or (taken is not None and taken.canary is not None):
+            return  # one canary per config and run: a replicate's restart does not take another
+        w = run.workload
+        try:
+            run.canary = run_canary(run.target, None if c.texts else c.prompt_ids(w.vocab_low, w.vocab_high),
+                                    c.texts, c.output_len, timeout=run.profile.measurement.request_timeout_s)
+        except InfraError as e:
+            run.canary_error = str(e)
+            return
+        bf, _ = self.baseline(run)
+        expected = bf.canary.get(run.name) if bf else None
+        then = bf.canary_fingerprint.get(run.name) if bf else None
+        run.canary_verdict = check_canary(
+            run.canary, c.rules(), vocab=vocab, expected=expected, expect=c.expect,
+            env_diff=fingerprint.describe_diff(then, run.fingerprint) if then and expected else "")
+        self.recorder(run.profile).set_canary(run.name, CanaryDoc(
+            outputs=[dict(o.__dict__) for o in run.canary], seconds=round(sum(o.seconds for o in run.canary), 3),
+            outcome=run.canary_verdict.outcome, problems=list(run.canary_verdict.problems)))
 
     def close_config(self, run: ConfigRun) -> None:
         try:
@@ -466,6 +507,11 @@ class Suite:
         interrupted = interrupted or self.interrupted
         for rec in self.recorders.values():
             self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
+            if rec.canary_failed():  # fast but wrong: shown in the run file, never history or a baseline
+                self.withheld.append(f"{rec.doc.profile}: output canary failed ({'; '.join(rec.canary_failed())}): "
+                                     f"this run's numbers are not appended to the history and make no candidate "
+                                     f"baseline")
+                continue
             if any(c.levels for c in rec.doc.configs.values()):
                 path = Path(self.opts.history_file or history.default_path(self.opts.reports_dir))
                 self._try(lambda rec=rec, path=path: history.append(path, history.record_from_run(rec.doc)))
@@ -474,6 +520,8 @@ class Suite:
             self._try(self.write_allure_files)
         if self.opts.update_baselines and not interrupted:
             for name, rec in self.recorders.items():
+                if rec.canary_failed():
+                    continue
                 self._try(lambda name=name, rec=rec: self.candidates.append(self.write_candidate(name, rec)))
 
     def _try(self, step) -> None:
@@ -492,7 +540,7 @@ class Suite:
                                          osl=prof.workload.osl, reviewed=explicit)
 
     def summary_lines(self) -> list[str]:
-        lines = []
+        lines = [f"OUTPUT CANARY FAILED: {w}" for w in self.withheld]
         for rec in self.recorders.values():
             lines.append(f"run file: {rec.path}" + ("" if rec.doc.complete else "  (INCOMPLETE)"))
             for cname, c in rec.doc.configs.items():

@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--metric", default="sustained_output_tps", choices=list(GATED))
     u.add_argument("--tolerance", type=float, default=None, help="default: the profile's default_tolerance")
     u.add_argument("--file", default=None, help="baseline file (default: baselines/<profile>/<hardware>.json)")
+    u.add_argument("--canary-only", action="store_true",
+                   help="take only the run's output canary outputs (a passed canary), no level entries")
     u.add_argument("--dry-run", action="store_true")
     c = sub.add_parser("calibrate", help="derive tolerances from the noise of N runs (false alarms <= 1%%/level)")
     c.add_argument("runs", nargs="*", help="run files of the same profile and hardware")
@@ -125,7 +127,14 @@ def _main(args) -> int:
         new = baselines.from_run(run, tolerance=args.tolerance or prof.measurement.default_tolerance,
                                  metric=args.metric, configs=args.config, levels=levels, isl=prof.workload.isl,
                                  osl=prof.workload.osl)
-        if not new.configs:
+        if args.canary_only:
+            if not new.canary:
+                raise baselines.BaselineError(f"{args.run}: no config's output canary passed; only a passed canary "
+                                              f"becomes a baseline")
+            new = new.model_copy(update={"configs": {}})
+            for cname, outs in new.canary.items():
+                print(f"canary {cname}: {len(outs)} outputs, first {outs[0][:8]}")
+        elif not new.configs:
             raise baselines.BaselineError(f"{args.run}: no valid level matches; invalid levels never become "
                                           f"baselines")
         _write(_target(args.file, run.profile, run.hardware_class), new, args.dry_run)

@@ -97,6 +97,9 @@ class BaselineFile(BaseModel):
     # config -> level (as a string, JSON keys) -> metric -> entry
     configs: dict[str, dict[str, dict[Metric, Entry]]]
     pooled: list[PooledNoise] = []
+    # config -> the output canary's outputs on this hardware class (ids, else words), one per prompt, in order
+    canary: dict[str, list[list[int | str]]] = {}
+    canary_fingerprint: dict[str, dict] = {}  # config -> the fingerprint the canary outputs were taken with
 
     def entries(self, config: str, level: int) -> dict[str, Entry]:
         return dict(self.configs.get(config, {}).get(str(level), {}))
@@ -183,8 +186,17 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
                 sglperf_version=run.sglperf_version, fingerprint=run.config_fingerprint(cname),
                 note=(f"95% CI ±{r.sustained_output_tps_ci95:.1f}" if metric == "sustained_output_tps"
                       and r.sustained_output_tps_ci95 else None))}
+    canary = {cname: [canary_units(o) for o in c.canary.outputs] for cname, c in run.configs.items()
+              if c.canary is not None and c.canary.outcome in ("pass", "changed") and (not configs or cname in configs)}
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=run.profile, hardware_class=run.hardware_class,
-                        isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out)
+                        isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out, canary=canary,
+                        canary_fingerprint={c: run.config_fingerprint(c) for c in canary})
+
+
+def canary_units(output: dict) -> list[int | str]:
+    """What a canary output is compared by: its ids, else its text's words."""
+    ids = output.get("output_ids")
+    return list(ids) if ids is not None else (output.get("text") or "").split()
 
 
 def write_candidate(run: RunDoc, *, tolerance: float, isl: int, osl: int, reviewed: Path | None = None) -> str:
@@ -330,4 +342,6 @@ def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
         for lv, metrics in lvls.items():
             configs.setdefault(c, {}).setdefault(lv, {}).update(metrics)
     pooled = [p for p in old.pooled if p.metric not in {q.metric for q in new.pooled}] + list(new.pooled)
-    return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION})
+    return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION,
+                                  "canary": {**old.canary, **new.canary},
+                                  "canary_fingerprint": {**old.canary_fingerprint, **new.canary_fingerprint}})

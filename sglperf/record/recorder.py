@@ -18,7 +18,7 @@ from .. import __version__
 from ..fileio import atomic_write_json, write_jsonl
 from ..records import LevelResult
 from ..redact import redact
-from .rundoc import ABDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run
+from .rundoc import ABDoc, CanaryDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run
 
 CI_VARIABLES = ("GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_WORKFLOW")
 
@@ -66,6 +66,15 @@ class RunRecorder:
     def set_teardown(self, config: str, teardown: dict) -> None:
         self.config(config).teardown = teardown
         self.flush()
+
+    def set_canary(self, config: str, canary: CanaryDoc) -> None:
+        self.config(config).canary = CanaryDoc.model_validate(redact(canary.model_dump()))
+        self.flush()
+
+    def canary_failed(self) -> list[str]:
+        """'config: outcome' for each config whose canary was judged and failed."""
+        return [f"{name}: {c.canary.outcome}" for name, c in self.doc.configs.items()
+                if c.canary is not None and c.canary.outcome not in (None, "pass")]
 
     def set_plateau(self, config: str, plateau: PlateauDoc) -> None:
         self.config(config).plateau = plateau

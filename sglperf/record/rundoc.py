@@ -92,6 +92,15 @@ class PlateauDoc(Strict):
     unsure: list[str] = []
 
 
+class CanaryDoc(Strict):
+    """The output canary of one config: what each greedy prompt gave, and the verdict on it."""
+
+    outputs: list[dict[str, Any]]  # CanaryOutput fields
+    outcome: str | None = None  # pass | degenerate | changed | wrong (None until judged)
+    problems: list[str] = []
+    seconds: float = 0.0
+
+
 class ABDoc(Strict):
     base: str
     tuned: str
@@ -112,6 +121,7 @@ class ConfigDoc(Strict):
     # this config's own fingerprint: its server args differ from the other configs' (the run's is the last one's)
     fingerprint: dict[str, Any] | None = None
     plateau: PlateauDoc | None = None
+    canary: CanaryDoc | None = None
     problems: list[str] = []
     teardown: dict[str, Any] | None = None
 

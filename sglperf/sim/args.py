@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fault-startup-fail", action="store_true")
     s.add_argument("--fault-error-rate", type=fraction, default=0.0, metavar="P")
     s.add_argument("--fault-truncate-rate", type=fraction, default=0.0, metavar="P")
+    s.add_argument("--fault-degenerate-output", type=int, default=None, metavar="N",
+                   help="from the N-th request on (1: all), every output token is id 0, at the same speed: a kernel "
+                        "that returns zeros")
     s.add_argument("--fault-short-rate", type=fraction, default=0.0, metavar="P",
                    help="requests that finish with finish_reason length but fewer tokens than asked")
     return p

@@ -282,7 +282,8 @@ class Routes:
         stream = bool(body.get("stream", False))
         max_new = (body.get("sampling_params") or {}).get("max_new_tokens", 128)
         try:
-            st = self.srv.new_stream(input_len, max_new, body.get("rid"))
+            st = self.srv.new_stream(input_len, max_new, body.get("rid"),
+                                     prompt=body.get("input_ids", body.get("text")))
         except QueueFull as e:
             if stream:
                 return await sse_single(request, [{"text": "", "output_ids": [], "meta_info": {
@@ -316,7 +317,7 @@ class Routes:
                                 body.get("model") or self.srv.res.served_model_name, include_usage,
                                 include_usage and bool(options.get("continuous_usage_stats", False)))
         try:
-            st = self.srv.new_stream(input_len, max_tokens)
+            st = self.srv.new_stream(input_len, max_tokens, prompt=body.get("prompt"))
         except QueueFull as e:
             return error_response(503, str(e))
         except ValueError as e:

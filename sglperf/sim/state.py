@@ -7,11 +7,13 @@ Why apart from the routes: the state is what the engine loop moves; the routes o
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,9 +44,13 @@ class Stream:
     engine_ttft: float | None = None  # arrival to first token in the engine's own (simulated) time, real seconds
     fault: str | None = None  # "abort" | "error" | "truncate" | "short"
     fault_at: int = 0
+    degenerate: bool = False  # --fault-degenerate-output: every token id 0, at the same speed
 
     def output_ids(self, vocab: int, n: int | None = None) -> list[int]:
+        """A greedy model's output: the same prompt gives the same ids, at any speed."""
         n = self.output_len if n is None else n
+        if self.degenerate:
+            return [0] * n
         return [(self.base_id + 7919 * i) % vocab for i in range(n)]
 
 
@@ -140,6 +146,7 @@ class SimServer:
         self.engine = Engine(cfg)
         self.rng = np.random.default_rng(res.random_seed + 1)
         self.streams: dict[str, Stream] = {}
+        self.requests_seen = 0  # requests received (--fault-degenerate-output counts them)
         self.status = "Starting"
         self.shutting_down = False
         self.hung = False
@@ -271,12 +278,16 @@ class SimServer:
         m.gen_throughput.set(self.last_gen_throughput)
 
     # ------------------------------------------------------------------ requests
-    def new_stream(self, input_len: int, max_new: int, rid: str | None = None) -> Stream:
+    def new_stream(self, input_len: int, max_new: int, rid: str | None = None, prompt=None) -> Stream:
         rid = rid or uuid.uuid4().hex
         if rid in self.streams:
             raise ValueError(f"Duplicate request id: {rid}")
-        st = Stream(rid, input_len, max_new, int(self.rng.integers(0, 1 << 30)), time.time())
+        base = (zlib.crc32(json.dumps(prompt).encode()) if prompt is not None else int(self.rng.integers(0, 1 << 30)))
+        st = Stream(rid, input_len, max_new, base, time.time())
         a = self.args
+        self.requests_seen += 1
+        if a.fault_degenerate_output is not None and self.requests_seen >= a.fault_degenerate_output:
+            st.degenerate = True
         for kind, p in (("error", a.fault_error_rate), ("truncate", a.fault_truncate_rate),
                         ("short", a.fault_short_rate)):
             if p > 0 and self.rng.random() < p:

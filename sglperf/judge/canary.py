@@ -1,0 +1,115 @@
+"""The output canary's verdict: whether the tokens a config's server gave for a few fixed greedy prompts are
+degenerate (OUTPUT DEGENERATE), differ from the baseline's (OUTPUT CHANGED) or miss a known answer (OUTPUT WRONG).
+
+Why its own verdict: a kernel that returns zeros can make a server faster (flashinfer#2577, cutlass#3096); the
+throughput verdicts cannot see it, so a run whose canary failed never becomes a baseline or history point.
+Pure functions over CanaryOutputs: nothing here knows HTTP or pytest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from ..categories import Category
+from ..records import CanaryOutput
+
+
+@dataclass(frozen=True)
+class CanaryRules:
+    """Thresholds from the profile's [canary] (profiles.CanarySection)."""
+
+    max_top_share: float = 0.9  # the most common id's share of one output above this: one token repeated
+    min_distinct: int = 2  # fewer distinct ids than this in one output: all one id
+    compare_tokens: int = 8  # OUTPUT CHANGED: the first N output ids must equal the baseline's
+
+
+@dataclass(frozen=True)
+class CanaryVerdict:
+    outcome: str  # "pass" | "degenerate" | "changed" | "wrong"
+    problems: tuple[str, ...]
+    lines: tuple[str, ...]  # one per prompt: what came back
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+    @property
+    def category(self) -> Category | None:
+        return {"degenerate": Category.DEGENERATE, "changed": Category.CHANGED,
+                "wrong": Category.WRONG}.get(self.outcome)
+
+    def failure(self, where: str) -> str:
+        assert self.category is not None
+        return self.category.message(f"{where}: " + "; ".join(self.problems) + "\n" + "\n".join(self.lines))
+
+
+def quote(ids: tuple | None, n: int = 16, unit: str = "ids") -> str:
+    if ids is None:
+        return "(no ids)"
+    head = " ".join(str(i) for i in ids[:n])
+    return f"[{head}{' ...' if len(ids) > n else ''}] ({len(ids)} {unit})"
+
+
+def degenerate(out: CanaryOutput, rules: CanaryRules, vocab: int | None) -> str | None:
+    """Why one output is degenerate, or None: empty, one id repeated, all one id, an id outside the vocabulary."""
+    ids = out.output_ids
+    if out.text is not None and not out.text.strip() and not ids:
+        return "empty output (no text, no ids)"
+    if out.text is not None and not out.text.strip():
+        return f"empty text for {quote(ids)}"
+    if ids:
+        if vocab is not None and any(i < 0 or i >= vocab for i in ids):
+            bad = next(i for i in ids if i < 0 or i >= vocab)
+            return f"id {bad} outside the vocabulary [0, {vocab}) in {quote(ids)}"
+        top, n = Counter(ids).most_common(1)[0]
+        if len(set(ids)) < rules.min_distinct:
+            return f"all one id ({top}) in {quote(ids)}"
+        if n / len(ids) > rules.max_top_share:
+            return (f"id {top} is {n} of {len(ids)} ids ({n / len(ids):.0%}, limit {rules.max_top_share:.0%}) in "
+                    f"{quote(ids)}")
+    elif out.text is not None:  # no ids (an OpenAI server): the same rules on its words
+        words = out.text.split()
+        top, n = Counter(words).most_common(1)[0]
+        if len(words) > 1 and (len(set(words)) < rules.min_distinct or n / len(words) > rules.max_top_share):
+            return f"word {top!r} is {n} of {len(words)} words in {out.text[:120]!r}"
+    return None
+
+
+def first_difference(got: tuple[int, ...], want: tuple[int, ...], n: int) -> int | None:
+    """The first position among the first n where the two differ, or None where they agree."""
+    for i in range(min(n, max(len(got), len(want)))):
+        if i >= len(got) or i >= len(want) or got[i] != want[i]:
+            return i
+    return None
+
+
+def check_canary(outputs: list[CanaryOutput], rules: CanaryRules, *, vocab: int | None = None,
+                 expected: list[list[int | str]] | None = None, expect: list[str | None] | None = None,
+                 env_diff: str = "") -> CanaryVerdict:
+    """Degenerate first (it needs no baseline), then known answers, then the baseline's outputs."""
+    lines = tuple(f"  prompt {i}: {quote(o.output_ids)}" + (f" {o.text[:80]!r}" if o.text is not None else "")
+                  for i, o in enumerate(outputs))
+    bad = [f"prompt {i}: {why}" for i, o in enumerate(outputs) if (why := degenerate(o, rules, vocab))]
+    if bad:
+        return CanaryVerdict("degenerate", tuple(bad), lines)
+    wrong = [f"prompt {i}: {o.text[:120]!r} does not match /{rx}/" for i, (o, rx) in
+             enumerate(zip(outputs, expect or [])) if rx and not re.search(rx, o.text or "")]
+    if wrong:
+        return CanaryVerdict("wrong", tuple(wrong), lines)
+    changed = []
+    for i, (o, want) in enumerate(zip(outputs, expected or [])):
+        got = o.output_ids if o.output_ids is not None else tuple((o.text or "").split())
+        at = first_difference(tuple(got), tuple(want), rules.compare_tokens)
+        if at is not None:
+            unit = "id" if o.output_ids is not None else "word"
+            changed.append(f"prompt {i}: output differs from the baseline's at {unit} {at} "
+                           f"(got {quote(tuple(got), unit=unit + 's')}, baseline {quote(tuple(want), unit=unit + 's')};"
+                           f" the first "
+                           f"{rules.compare_tokens} must match)")
+    if changed:
+        if env_diff:
+            changed.append(env_diff)  # describe_diff words it: "environment changed since the baseline: ..."
+        return CanaryVerdict("changed", tuple(changed), lines)
+    return CanaryVerdict("pass", (), lines)
