@@ -15,6 +15,8 @@ def test_output_canary(perf_config, request):
         report.label_config(run.profile.name, run.name, f"{run.name}: output canary")
     if not run.profile.canary.enabled:
         pytest.skip(f"{run.where}: the profile turns the output canary off ([canary] enabled = false)")
+    if run.canary_skip:
+        pytest.skip(f"{run.where}: {run.canary_skip}")
     if run.canary_error:
         pytest.fail(f"{INFRA}: {run.where}: {run.canary_error}", pytrace=False)
     v = run.canary_verdict

@@ -108,6 +108,7 @@ class ConfigRun:
     canary: list | None = None  # CanaryOutputs, taken before the ladder (None: the profile turns it off)
     canary_error: str | None = None  # why the canary could not be taken
     canary_verdict: "CanaryVerdict | None" = None
+    canary_skip: str | None = None  # why this config has no canary
 
     @property
     def where(self) -> str:
@@ -378,6 +379,9 @@ class Suite:
         taken = self.recorder(run.profile).doc.configs.get(run.name)
         if not c.enabled or run.canary is not None or (taken is not None and taken.canary is not None):
             return  # one canary per config and run: a replicate's restart does not take another
+        if run.target.wire.name == "chat":
+            run.canary_skip = "the output canary speaks /generate and /v1/completions; this profile's wire is chat"
+            return
         w = run.workload
         try:
             run.canary = run_canary(run.target, None if c.texts else c.prompt_ids(w.vocab_low, w.vocab_high),

@@ -308,3 +308,19 @@ def test_a_baseline_file_that_cannot_be_written_is_refused_before_anything_is_re
                         "no-such-run.json"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and f"--file {target}: {words}" in p.stderr, p.stderr
     assert not Path("/nonexistent-sglperf").exists()
+
+
+# 11. small gaps: numbers that make no sense are refused by the option that took them
+@pytest.mark.parametrize("cmd,words", [
+    (["bench", "--url", "http://127.0.0.1:9", "--levels", "8", "--slo-ttft-ms", "-5"],
+     "argument --slo-ttft-ms: --slo-ttft-ms takes a number > 0, e.g. 500; got '-5'"),
+    (["bench", "--url", "http://127.0.0.1:9", "--levels", "8", "--slo-ttft-ms", "0"],
+     "argument --slo-ttft-ms: --slo-ttft-ms takes a number > 0, e.g. 500; got '0'"),
+    (["bench", "--url", "http://127.0.0.1:9", "--levels", "8", "--vocab-range", "100"],
+     "argument --vocab-range: expected LOW,HIGH (two integers, e.g. 1000,30000), got '100'"),
+    (["bench", "--url", "http://127.0.0.1:9", "--levels", "8", "--ci-target", "nan"], "--ci-target"),
+    (["baseline", "calibrate", "--min-tolerance", "-1", "a.json", "b.json"], "--min-tolerance"),
+])
+def test_senseless_numbers_are_refused_by_the_option_that_took_them(cmd, words):
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", *cmd], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
