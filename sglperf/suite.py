@@ -383,9 +383,15 @@ class Suite:
             run.canary_skip = "the output canary speaks /generate and /v1/completions; this profile's wire is chat"
             return
         w = run.workload
+        ids, texts = (None, c.texts) if c.texts else (c.prompt_ids(w.vocab_low, w.vocab_high), None)
+        if texts is None and w.prompt_format != "ids":  # a server that takes text gets the ids' text
+            if w.tokenizer is None:
+                run.canary_skip = "the profile sends text and names no tokenizer: give [canary] texts"
+                return
+            ids, texts = None, [w.tokenizer.decode(p) for p in ids]
         try:
-            run.canary = run_canary(run.target, None if c.texts else c.prompt_ids(w.vocab_low, w.vocab_high),
-                                    c.texts, c.output_len, timeout=run.profile.measurement.request_timeout_s)
+            run.canary = run_canary(run.target, ids, texts, c.output_len,
+                                    timeout=run.profile.measurement.request_timeout_s)
         except InfraError as e:
             run.canary_error = str(e)
             return

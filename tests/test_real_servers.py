@@ -109,7 +109,8 @@ name = "default"
                         str(profile), "--reports-dir", str(tmp_path / "reports")], cwd=ROOT, capture_output=True,
                        text=True, timeout=300, env=user_env())
     assert p.returncode == 0, p.stdout[-3000:]
-    assert "2 passed" in p.stdout, p.stdout[-2000:]  # request health at both levels; floors skip (no baseline)
+    # request health at both levels and the output canary; floors skip (no baseline)
+    assert "3 passed" in p.stdout, p.stdout[-2000:]
     doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
     server = doc["configs"]["default"]["server"]
     assert server["engine"]["prompt_format"] == "text" and server["engine"]["negotiated"]

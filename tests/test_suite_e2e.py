@@ -29,9 +29,9 @@ def run_suite(tmp_path, *args, timeout=600):
 def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8,24,32,64", "--perf-config", "rr24-cds4")
     disturbed = assert_suite_passed(p.returncode, p.stdout)
-    # 4 levels x (floor, latency ceilings, health, client vs server) + the plateau; the A/B skips without the other
-    # config; deselected: the A/B items of the four profiles of other markers
-    assert outcomes(p.stdout) == {"passed": 17 - disturbed, "skipped": 1, "deselected": 4,
+    # 4 levels x (floor, latency ceilings, health, client vs server) + the plateau + the canary; the A/B skips without
+    # the other config; deselected: the A/B items of the four profiles of other markers
+    assert outcomes(p.stdout) == {"passed": 18 - disturbed, "skipped": 1, "deselected": 4,
                                   **({"failed": disturbed} if disturbed else {})}, p.stdout[-2000:]
     runs = list((tmp_path / "reports" / "runs").glob("*.json"))
     doc = json.loads(runs[0].read_text())
@@ -45,8 +45,8 @@ def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
     assert p.returncode == 1, p.stdout[-3000:]
     out = p.stdout
     # the two floors and the two latency ceilings fail (every step 1/0.85 as long: TPOT +18%); health and
-    # client-vs-server pass; the plateau (no level past 48) and the A/B skip
-    assert outcomes(out) == {"failed": 4, "passed": 4, "skipped": 2, "deselected": 4}, out[-2000:]
+    # client-vs-server and the output canary pass; the plateau (no level past 48) and the A/B skip
+    assert outcomes(out) == {"failed": 4, "passed": 5, "skipped": 2, "deselected": 4}, out[-2000:]
     # On a busy machine a level below its floor is INVALID naming the disturbance instead: never a pass, and never a
     # regression the machine could have caused. Either way the measurement is quoted.
     def levels(pattern: str) -> set[str]:
@@ -67,9 +67,9 @@ def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
     p = run_suite(tmp_path, "-m", "gpu8")
     assert p.returncode == 0, p.stdout[-3000:]
     assert "no NVIDIA GPU here" in p.stdout
-    # both configs x 5 levels x 4 tests, 2 plateaus, the A/B: every one skipped, none passed
+    # both configs x 5 levels x 4 tests, 2 plateaus, 2 canaries, the A/B: every one skipped, none passed
     got = outcomes(p.stdout)
-    assert got["skipped"] == 43 and set(got) == {"skipped", "deselected"}, p.stdout[-2000:]
+    assert got["skipped"] == 45 and set(got) == {"skipped", "deselected"}, p.stdout[-2000:]
 
 
 def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):
@@ -78,7 +78,7 @@ def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path,
                     "--noise-cv", "0.01", "--random-seed", "0")
     p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16")
     disturbed = assert_suite_passed(p.returncode, p.stdout)
-    assert outcomes(p.stdout)["passed"] == 8 - disturbed, p.stdout[-2000:]
+    assert outcomes(p.stdout)["passed"] == 9 - disturbed, p.stdout[-2000:]
     doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
     assert list(doc["configs"]) == ["rr24-cds4"] and doc["configs"]["rr24-cds4"]["server"]["url"] == srv.url
     assert srv.proc.poll() is None, "--server-url must not stop a server it did not start"
@@ -94,7 +94,7 @@ def test_unknown_profile_is_a_usage_error(tmp_path):
 def test_xdist_keeps_all_perf_items_on_one_worker(tmp_path, xdist):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8,16", "--perf-config", "rr24-cds4", *xdist)
     disturbed = assert_suite_passed(p.returncode, p.stdout)
-    assert outcomes(p.stdout)["passed"] == 8 - disturbed, p.stdout[-2000:]
+    assert outcomes(p.stdout)["passed"] == 9 - disturbed, p.stdout[-2000:]
     logs = list((tmp_path / "reports" / "servers").glob("*.log"))
     assert len(logs) == 1, f"one server for one config, whatever the workers: {logs}"
 

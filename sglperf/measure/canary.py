@@ -6,6 +6,7 @@ Why not the load generator: it counts tokens and keeps no ids; the canary needs 
 
 from __future__ import annotations
 
+import json
 import time
 
 import requests
@@ -38,6 +39,23 @@ def _read(target: Target, answer: dict) -> tuple[tuple[int, ...] | None, str | N
     return None, choices[0].get("text")
 
 
+def _joined(sse: str) -> dict:
+    """An SSE answer's chunks as one non-streamed answer: the text joined (ids: SGLang's last chunk holds them all)."""
+    text, last = [], {}
+    for line in sse.splitlines():
+        data = line[5:].strip() if line.startswith("data:") else ""
+        if not data or data == "[DONE]":
+            continue
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            continue
+        last = obj if isinstance(obj, dict) else last
+        for ch in (obj.get("choices") or []) if isinstance(obj, dict) else []:
+            text.append(ch.get("text") or (ch.get("delta") or {}).get("content") or "")
+    return {"choices": [{"text": "".join(text)}]} if text else last
+
+
 def run_canary(target: Target, prompts: list[list[int]] | None, texts: list[str] | None, osl: int, *,
                timeout: float = 120.0) -> list[CanaryOutput]:
     """Each prompt once, in order, at concurrency 1; a server that refuses one is an InfraError in its words."""
@@ -54,8 +72,12 @@ def run_canary(target: Target, prompts: list[list[int]] | None, texts: list[str]
             raise InfraError(f"output canary: POST {path} failed: {type(e).__name__}: {e}") from None
         if r.status_code != 200:
             raise InfraError(f"output canary: POST {path} answered HTTP {r.status_code}: {r.text[:300]}")
+        if r.headers.get("Content-Type", "").startswith("text/event-stream"):  # a server that always streams
+            answer = _joined(r.text)
+        else:
+            answer = None
         try:
-            answer = r.json()
+            answer = answer if answer is not None else r.json()
         except ValueError:
             raise InfraError(f"output canary: POST {path} answered with something that is not JSON: "
                              f"{r.text[:200]!r}") from None
