@@ -16,6 +16,7 @@ import pytest
 from sglperf.categories import InfraError
 from sglperf.engines.llamacpp import LlamaCpp
 from sglperf.engines.sglang import SGLang
+from sglperf.launch import LaunchSpec, launch
 from sglperf.record import baselines
 
 from .conftest import assert_suite_passed, user_env
@@ -273,6 +274,23 @@ def test_a_server_info_count_that_is_not_a_count_is_infrastructure_naming_the_fi
         SGLang().ceiling({"max_total_num_tokens": value, "max_running_requests": 8}, 128, 128)
     with pytest.raises(InfraError, match=r"/props says total_slots = .*: not a whole number"):
         LlamaCpp().ceiling({"total_slots": value, "default_generation_settings": {"n_ctx": 4096}}, 32, 32)
+
+
+@pytest.mark.parametrize("value", ['"abc"', "-4096"])
+def test_a_real_server_that_lies_in_its_server_info_is_infrastructure_naming_the_field(tmp_path, start_sim, value):
+    """The suite pointed (--server-url) at a loopback proxy in front of a real simulator, /server_info rewritten."""
+    sim = start_sim("--enable-metrics", "--max-running-requests", "24")
+    proxy = launch(LaunchSpec(name="hostile", argv=[sys.executable, str(ROOT / "tests" / "hostile_proxy.py"),
+                                                    "--upstream", sim.url, "--set", f"max_total_num_tokens={value}"],
+                              log_dir=tmp_path / "logs", launch_timeout_s=30, terminate_timeout_s=5))
+    try:
+        p, out = suite(tmp_path, "--server-url", proxy.url, "--levels", "8")
+    finally:
+        proxy.stop()
+    assert p.returncode == 1, out[-3000:]
+    assert f"INFRASTRUCTURE: /server_info says max_total_num_tokens = {value}: not a whole number" in out
+    assert "ValueError" not in out and "THROUGHPUT REGRESSION" not in out
+    assert not list((tmp_path / "reports" / "runs").glob("*/*.records.jsonl.gz")), "nothing was measured"
 
 
 def test_metric_samples_that_are_not_readings_are_left_out():
