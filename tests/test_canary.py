@@ -1,10 +1,15 @@
 """The output canary: degenerate outputs, known answers and changes since the baseline, decided from what the
 server gave for a few greedy prompts."""
 
+import dataclasses
+
 import pytest
 
 from sglperf.judge.canary import CanaryRules, check_canary
-from sglperf.records import CanaryOutput
+from sglperf.measure.client import Workload
+from sglperf.measure.prompts import Prompt
+from sglperf.measure.wire import CHAT, NATIVE, OPENAI
+from sglperf.records import CanaryOutput, Shape
 
 RULES = CanaryRules(max_top_share=0.9, min_distinct=2, compare_tokens=8)
 
@@ -62,3 +67,26 @@ def test_a_known_answer_missed_is_output_wrong():
     v = check_canary([out([10, 11, 12], "The answer is 5")], RULES, expect=[r"\b4\b"])
     assert v.outcome == "wrong" and v.failure("glm5").startswith("OUTPUT WRONG: glm5: prompt 0: 'The answer is 5' "
                                                                   "does not match /\\b4\\b/")
+
+
+@pytest.mark.parametrize("wire,answer,want", [
+    (NATIVE, {"text": " t5 t6", "output_ids": [5, 6], "meta_info": {}}, ((5, 6), " t5 t6")),
+    (OPENAI, {"choices": [{"text": " w1 w2", "finish_reason": "length"}]}, (None, " w1 w2")),
+    (CHAT, {"choices": [{"message": {"role": "assistant", "content": "4"}}]}, (None, "4")),
+])
+def test_each_wire_reads_its_own_non_streamed_answer(wire, answer, want):
+    assert wire.answer(answer) == want
+
+
+def test_a_server_that_streams_anyway_is_read_whole():
+    assert OPENAI.answer_of_stream([{"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]}]) == (None, " a b")
+    assert CHAT.answer_of_stream([{"choices": [{"delta": {"content": "4"}}]}]) == (None, "4")
+    assert NATIVE.answer_of_stream([{"text": " t1", "output_ids": [1]}, {"text": " t1 t2", "output_ids": [1, 2]}]) \
+        == ((1, 2), " t1 t2")
+
+
+def test_the_greedy_request_is_the_ladders_request_not_streamed():
+    w = Workload(16, 8, temperature=0.7)
+    body = OPENAI.greedy(Prompt(ids=[1, 2]), dataclasses.replace(w, temperature=0.0), "m", Shape())
+    assert body["stream"] is False and "stream_options" not in body and body["temperature"] == 0.0
+    assert body["prompt"] == [1, 2] and body["max_tokens"] == 8 and body["ignore_eos"] is True

@@ -32,6 +32,20 @@ class Wire:
         tokens counted so far (`prev` before this chunk). The client times the tokens a chunk adds."""
         raise NotImplementedError
 
+    def greedy(self, prompt, workload, model: str | None, shape: Shape) -> dict:
+        """One non-streamed request of the same shape (the output canary's)."""
+        body = {**self.body(prompt, workload, model, shape), "stream": False}
+        body.pop("stream_options", None)
+        return body
+
+    def answer(self, obj: dict) -> tuple[tuple[int, ...] | None, str | None]:
+        """A non-streamed answer's output ids (where the wire gives them) and text."""
+        raise NotImplementedError
+
+    def answer_of_stream(self, objs: list[dict]) -> tuple[tuple[int, ...] | None, str | None]:
+        """The same from a server that streams anyway: here each chunk holds everything so far."""
+        return self.answer(objs[-1]) if objs else (None, None)
+
     # count(data) -> the server's own count of tokens so far, read from an ordinary chunk in the middle of a
     # stream without parsing it; None for any other chunk (parse and chunk read those). None here: no such reading.
     count = None
@@ -52,6 +66,10 @@ class NativeGenerate(Wire):
             sp["min_new_tokens"] = workload.osl
         body = {"input_ids": prompt.ids} if prompt.ids is not None else {"text": prompt.text}
         return {**body, "sampling_params": sp, "stream": True}
+
+    def answer(self, obj):
+        ids = obj.get("output_ids")
+        return (tuple(int(i) for i in ids) if isinstance(ids, list) else None), obj.get("text")
 
     META = b'"meta_info":'
     ONGOING = b'"finish_reason":null'
@@ -141,6 +159,16 @@ class OpenAICompletions(Wire):
     def text_of(choice: dict) -> str | None:
         return choice.get("text")
 
+    @staticmethod
+    def final_text_of(choice: dict) -> str | None:
+        return choice.get("text")
+
+    def answer(self, obj):
+        return None, self.final_text_of((obj.get("choices") or [{}])[0])
+
+    def answer_of_stream(self, objs):
+        return None, "".join(self.text_of(ch) or "" for o in objs for ch in (o.get("choices") or []))
+
     def chunk(self, obj, p, prev):
         usage = obj.get("usage") or {}
         choices = obj.get("choices") or []
@@ -179,6 +207,10 @@ class OpenAIChat(OpenAICompletions):
     @staticmethod
     def text_of(choice: dict) -> str | None:
         return (choice.get("delta") or {}).get("content")
+
+    @staticmethod
+    def final_text_of(choice: dict) -> str | None:
+        return (choice.get("message") or {}).get("content")
 
 
 NATIVE, OPENAI, CHAT = NativeGenerate(), OpenAICompletions(), OpenAIChat()
