@@ -51,13 +51,14 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             return [x for x in starts if not x.result.disturbances] or starts
 
         def unsettled(verdicts, starts):
-            disturbed = all(x.result.disturbances for x in starts)
-            return any(v.outcome == "inconclusive" or (disturbed and v.outcome not in ("pass", "not judged"))
+            confirm = len(starts) == 1 or all(x.result.disturbances for x in starts)
+            return any(v.outcome == "inconclusive" or (confirm and v.outcome not in ("pass", "not judged"))
                        for v in verdicts)
 
         starts, verdicts = [m], judge([m.result])
-        # undecided after the level's own time, or failed while the host disturbed it: measured again after a server
-        # restart, while the profile allows (a disturbance may pass; a regression stays)
+        # undecided after the level's own time, failed on its first start, or failed while the host disturbed it:
+        # measured again after a server restart, while the profile allows. A slow start or a disturbance passes; a
+        # regression stays (SGLang on 2 cores had one start read 12-19% low at every level, nothing else running)
         while unsettled(verdicts, starts):
             why = "; ".join(v.message for v in verdicts if v.outcome != "pass")
             more = run.replicate(level, why)
