@@ -203,6 +203,9 @@ class LevelResult:
     # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.
     disturbances: tuple[str, ...] = ()
     gpu: dict = dataclasses.field(default_factory=dict)  # per GPU index: clocks, power, reasons' shares (gpu.py)
+    # Xid events, uncorrected ECC errors, retired pages, a lost GPU during the level (gpu_faults.py): each one is
+    # also an invalid reason
+    gpu_faults: tuple[str, ...] = ()
     # requests/s and output tok/s of requests sent in the window that met the profile's SLO, and their share
     goodput_rps: float | None = None
     goodput_tps: float | None = None

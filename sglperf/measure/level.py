@@ -16,6 +16,7 @@ from ..categories import UsageError
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
 from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
 from ..environment.gpu import GpuMonitor
+from ..environment.gpu_faults import FaultWatch
 from ..environment.host import HostMonitor
 from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
 from .scrape import Scraper
@@ -220,9 +221,10 @@ class Monitors:
         self.client = ClientMonitor(clock)
         self.host = HostMonitor(clock, watch.pids, client_pids=lambda: self.client_pids)
         self.gpu = GpuMonitor(clock, watch.gpus, watch.pids)
+        self.faults = FaultWatch(clock, watch.gpus or [])
         self._stop = asyncio.Event()
         self._tasks = [asyncio.create_task(m.run(self._stop)) for m in (self.scraper, self.client, self.host)] + (
-            [asyncio.create_task(self.gpu.run(self._stop))] if watch.gpus else [])
+            [asyncio.create_task(m.run(self._stop)) for m in (self.gpu, self.faults)] if watch.gpus else [])
 
     async def stop(self) -> None:
         self._stop.set()
@@ -395,7 +397,10 @@ def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decisi
     result = level_result(records, concurrency=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
                           policy=policy, end=end, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
                           samples=LevelSamples(m.scraper.samples, client_samples, m.host.samples, m.gpu.samples))
-    warnings = result.warnings + tuple(e for e in (m.gpu.error, m.host.error) if e)
+    warnings = result.warnings + tuple(e for e in (m.gpu.error, m.faults.error, m.host.error) if e)
+    if m.faults.faults:  # a GPU that reported a fault measured a broken machine, whatever the numbers say
+        faults = tuple(f"GPU fault: {f}" for f in m.faults.faults)
+        result = replace(result, valid=False, invalid_reasons=result.invalid_reasons + faults, gpu_faults=faults)
     if m.scraper.errors:
         warnings += (scrape_warning(m.scraper, result),)
     result = replace(result, connection_retries=gen.connection_retries, client_procs=procs, warnings=warnings,
