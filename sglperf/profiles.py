@@ -121,6 +121,10 @@ class CanarySection(Strict):
     max_top_share: float = Field(0.9, gt=0, le=1)
     min_distinct: int = Field(2, ge=1)
     compare_tokens: int = Field(8, ge=1)
+    # A fresh server start between the canary and the ladder, where the canary's few requests leave the server in a
+    # state a fresh start is not in: on the H200, llama.cpp's c8 read 680-690 tok/s after any three requests and
+    # 1,017-1,056 after none or after a level (docs/gpu-proof.md). Costs one server start per config.
+    restart_after: bool = False
 
     def rules(self):
         from .judge.canary import CanaryRules
@@ -226,7 +230,7 @@ class Profile(Strict):
         mp = self.model_path(model_path)
         if mp:
             argv += [self.server.model_path_flag, fix(mp)]
-        argv += list(self.server.args) + list(self.config(config).args) + list(extra)
+        argv += [fix(part) for part in [*self.server.args, *self.config(config).args, *extra]]
         if api_key and self.server.api_key_flag:
             argv += [self.server.api_key_flag, api_key]
         return argv

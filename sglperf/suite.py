@@ -369,29 +369,32 @@ class Suite:
             ceiling=run.ceiling.__dict__ if run.ceiling else None, engine=conn.describe(engine),
             flag_check={"source": flags.source, "problems": list(flags.problems)} if flags else None))
         self.runs[(prof.name, cname)] = run
-        self.take_canary(run, conn.vocab_size)
+        if not self.take_canary(run, conn.vocab_size) or not prof.canary.restart_after or self.opts.server_url:
+            return run
+        self.restart(run)  # the ladder runs on a server the canary has not touched
+        run.starts = 1
         return run
 
-    def take_canary(self, run: ConfigRun, vocab: int | None) -> None:
+    def take_canary(self, run: ConfigRun, vocab: int | None) -> bool:
         """The config's greedy canary, before any level (it costs seconds), judged at once: whether the run may
-        become history or a baseline must not depend on which tests were selected."""
+        become history or a baseline must not depend on which tests were selected. True where it was taken now."""
         c = run.profile.canary
         taken = self.recorder(run.profile).doc.configs.get(run.name)
         if not c.enabled or run.canary is not None or (taken is not None and taken.canary is not None):
-            return  # one canary per config and run: a replicate's restart does not take another
+            return False  # one canary per config and run: a replicate's restart does not take another
         w = run.workload
         ids, texts = (None, c.texts) if c.texts else (c.prompt_ids(w.vocab_low, w.vocab_high), None)
         if texts is None and w.prompt_format != "ids":  # a server that takes text gets the ids' text
             if w.tokenizer is None:
                 run.canary_skip = "the profile sends text and names no tokenizer: give [canary] texts"
-                return
+                return False
             ids, texts = None, [w.tokenizer.decode(p) for p in ids]
         try:
             run.canary = run_canary(run.target, w, ids, texts, c.output_len,
                                     timeout=run.profile.measurement.request_timeout_s)
         except InfraError as e:
             run.canary_error = str(e)
-            return
+            return False
         bf, _ = self.baseline(run)
         expected = bf.canary.get(run.name) if bf else None
         then = bf.canary_fingerprint.get(run.name) if bf else None
@@ -401,6 +404,7 @@ class Suite:
         self.recorder(run.profile).set_canary(run.name, CanaryDoc(
             outputs=[dict(o.__dict__) for o in run.canary], seconds=round(sum(o.seconds for o in run.canary), 3),
             outcome=run.canary_verdict.outcome, problems=list(run.canary_verdict.problems)))
+        return True
 
     def close_config(self, run: ConfigRun) -> None:
         try:
@@ -556,6 +560,9 @@ class Suite:
 
     def summary_lines(self) -> list[str]:
         lines = [f"OUTPUT CANARY FAILED: {w}" for w in self.withheld]
+        lines += [f"GPU FAULT: {rec.doc.profile}/{cname} c{lv}: {f} (the level is INVALID)"
+                  for rec in self.recorders.values() for cname, c in rec.doc.configs.items()
+                  for lv, r in sorted(c.levels.items(), key=lambda kv: int(kv[0])) for f in r.gpu_faults]
         for rec in self.recorders.values():
             lines.append(f"run file: {rec.path}" + ("" if rec.doc.complete else "  (INCOMPLETE)"))
             for cname, c in rec.doc.configs.items():

@@ -124,3 +124,19 @@ def test_a_baseline_for_other_hardware_is_a_usage_error_not_a_pass(tmp_path):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8", "--perf-config", "rr24-cds4", "--baseline-file", str(seed))
     assert p.returncode == 1
     assert "USAGE ERROR" in p.stdout and "is for hardware class '8 x NVIDIA RTX PRO 6000 Blackwell'" in p.stdout
+
+
+def test_a_profile_may_give_the_ladder_a_fresh_start_after_the_canary(tmp_path):
+    """[canary] restart_after: the canary is taken on one start, the ladder measured on the next (llama.cpp on the
+    H200 ran 20-30% slow at c8 after the canary's three requests: docs/gpu-proof.md)."""
+    prof = tmp_path / "sim-ci.toml"
+    prof.write_text((ROOT / "profiles" / "sim-ci.toml").read_text() + "\n[canary]\nrestart_after = true\n")
+    p = run_suite(tmp_path, "--profile", str(prof), "--levels", "8", "--perf-config", "rr24-cds4")
+    assert p.returncode == 0, p.stdout[-3000:]
+    logs = sorted((tmp_path / "reports" / "servers").glob("sim-ci-rr24-cds4-*.log"))
+    assert len(logs) == 2, logs  # the canary's start and the ladder's
+    doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
+    cfg = doc["configs"]["rr24-cds4"]
+    assert cfg["canary"]["outcome"] == "pass" and cfg["levels"]["8"]["valid"]
+    port = cfg["server"]["url"].rsplit(":", 1)[1]
+    assert [log.name.endswith(f"-{port}.log") for log in logs].count(True) == 1  # the run file names the ladder's
