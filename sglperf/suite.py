@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .record import baselines, history
+from .record import baselines, fleet, history
 from . import engines, profiles
 from .environment import fingerprint, gpu
 from .environment.host import open_files_problem
@@ -61,10 +61,13 @@ class SuiteOptions:
     allure_dir: Path | None = None
     tokenizer: str | None = None
     client_procs: str | None = None  # a count or "auto", overriding the profile's
+    results_db: str | None = None  # the fleet's PostgreSQL (record/fleet.py); the JSONL history is kept as well
 
     def __post_init__(self) -> None:
         """Every option is checked before anything is launched or measured: a usage error names it and its range."""
         parse_client_procs(self.client_procs)
+        if self.results_db:
+            fleet.check_url(self.results_db)
         if self.server_url:
             engines.check_url(self.server_url)
         if self.ci_target is not None and not 0 < self.ci_target <= 0.5:
@@ -86,7 +89,8 @@ class SuiteOptions:
                        "--model-path": self.model_path, "--levels": list(self.levels) or None,
                        "--perf-config": list(self.perf_configs) or None, "--baseline-file": self.baseline_file,
                        "--ci-target": self.ci_target, "--level-max-seconds": self.level_max_seconds,
-                       "--client-procs": self.client_procs})
+                       "--client-procs": self.client_procs,
+                       "--results-db": fleet.check_url(self.results_db).shown() if self.results_db else None})
 
 
 @dataclass
@@ -194,6 +198,7 @@ class Suite:
         self.runs: dict[tuple[str, str], ConfigRun] = {}
         self.candidates: list[str] = []
         self.history_path: Path | None = None
+        self.pushed: list[str] = []  # what the results database took
         self.withheld: list[str] = []  # why a run was kept out of the history and the candidates
         self.interrupted = False
         self.late_problems: list[str] = []
@@ -535,6 +540,10 @@ class Suite:
                 path = Path(self.opts.history_file or history.default_path(self.opts.reports_dir))
                 self._try(lambda rec=rec, path=path: history.append(path, history.record_from_run(rec.doc)))
                 self.history_path = path
+        if self.opts.results_db:
+            for rec in self.recorders.values():
+                if any(c.levels for c in rec.doc.configs.values()):
+                    self.push_results(rec)
         if self.opts.allure_dir is not None and self.recorders:
             self._try(self.write_allure_files)
         if self.opts.update_baselines and not interrupted:
@@ -542,6 +551,23 @@ class Suite:
                 if rec.canary_failed():
                     continue
                 self._try(lambda name=name, rec=rec: self.candidates.append(self.write_candidate(name, rec)))
+
+    def push_results(self, rec: RunRecorder) -> None:
+        """The run into the fleet's database, after its files are written: a database that is down or refuses us
+        costs the run nothing (named in the summary; `sglperf history push RUN_FILE` uploads it later)."""
+        try:
+            conn = fleet.connect(self.opts.results_db)
+            try:
+                fresh = fleet.push_run(conn, rec.doc, source="suite")
+            finally:
+                conn.close()
+            self.pushed.append(f"results database: run {rec.doc.run_id} "
+                               f"{'written' if fresh else 'was there already'} "
+                               f"({fleet.check_url(self.opts.results_db).shown()})")
+        except Exception as e:  # psycopg's errors, ours (FleetError), a broken connection mid-write: all named
+            words = redact(str(e)).strip() or type(e).__name__
+            self.late_problems.append(f"results database: run {rec.doc.run_id} not written ({words}); its files "
+                                      f"are complete: `sglperf history push {rec.path}` uploads it later")
 
     def _try(self, step) -> None:
         try:
@@ -573,7 +599,7 @@ class Suite:
                                  + ("" if r.valid else "  INVALID: " + "; ".join(r.invalid_reasons)))
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
-        lines += self.candidates
+        lines += self.candidates + self.pushed
         lines += [f"cleaned up before this run: {c}" for c in self.cleaned]
         lines += [f"INFRASTRUCTURE: could not write: {p}" for p in self.late_problems]
         return lines

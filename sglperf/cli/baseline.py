@@ -11,6 +11,7 @@ from pathlib import Path
 from ..record import baselines
 from .. import profiles
 from ..records import GATED, LATENCY
+from ..categories import UsageError
 from ..record.rundoc import load_run
 from ..fileio import check_file_target
 from .argtypes import fraction
@@ -45,6 +46,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="leave out entries whose calibrated tolerance exceeds this (too noisy to judge in one run)")
     c.add_argument("--file", default=None)
     c.add_argument("--dry-run", action="store_true")
+    c.add_argument("--db", default=None, help="take the runs from the fleet's database (postgresql://...): the "
+                   "--last N finished runs of --profile on --hardware-class")
+    c.add_argument("--hardware-class", default=None)
+    c.add_argument("--last", type=int, default=10)
+
+
+def fleet_runs(args) -> list:
+    """The runs calibrate takes from the fleet's database: one profile on one hardware class, never mixed."""
+    from ..record import fleet
+
+    if not args.profile or not args.hardware_class:
+        raise baselines.BaselineError("--db needs --profile and --hardware-class (machines are never mixed)")
+    if args.last < 2:
+        raise baselines.BaselineError(f"--last {args.last}: calibrate needs at least 2 runs")
+    conn = fleet.connect(args.db, where="--db")
+    try:
+        runs = fleet.run_docs(conn, args.profile, args.hardware_class, args.last)
+    finally:
+        conn.close()
+    print(f"{len(runs)} finished run(s) of {args.profile} on {args.hardware_class!r} from "
+          f"{fleet.check_url(args.db, '--db').shown()}: " + ", ".join(r.run_id for r in runs))
+    return runs
 
 
 def calibration_runs(paths: list[str]):
@@ -93,7 +116,7 @@ def _write(target: Path, new: baselines.BaselineFile, dry_run: bool) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         return _main(args)
-    except (baselines.BaselineError, profiles.ProfileError, ValueError) as e:
+    except (baselines.BaselineError, profiles.ProfileError, UsageError, ValueError) as e:
         print(f"sglperf baseline: {e}", file=sys.stderr)
         return 2
 
@@ -150,7 +173,10 @@ def _main(args) -> int:
             subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "--profile", args.profile, "-q",
                             "-p", "no:randomly"], check=False)
             paths += [str(p) for p in sorted(set(Path("reports/runs").glob("*.json")) - before)]
-    runs = calibration_runs(paths)
+    if args.db:
+        runs = fleet_runs(args)
+    else:
+        runs = calibration_runs(paths)
     if len(runs) < 2:
         raise baselines.BaselineError(f"calibrate needs at least 2 run files, got {len(runs)}")
     prof = profiles.load(runs[0].profile)

@@ -72,9 +72,7 @@ class RunRecorder:
         self.flush()
 
     def canary_failed(self) -> list[str]:
-        """'config: outcome' for each config whose canary was judged and failed."""
-        return [f"{name}: {c.canary.outcome}" for name, c in self.doc.configs.items()
-                if c.canary is not None and c.canary.outcome not in (None, "pass")]
+        return self.doc.canary_failures()
 
     def set_plateau(self, config: str, plateau: PlateauDoc) -> None:
         self.config(config).plateau = plateau

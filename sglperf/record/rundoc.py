@@ -150,6 +150,11 @@ class RunDoc(Strict):
     def config(self, name: str) -> ConfigDoc:
         return self.configs.setdefault(name, ConfigDoc())
 
+    def canary_failures(self) -> list[str]:
+        """'config: outcome' for each config whose canary was judged and failed (fast but wrong: never data)."""
+        return [f"{name}: {c.canary.outcome}" for name, c in self.configs.items()
+                if c.canary is not None and c.canary.outcome not in (None, "pass")]
+
     def config_fingerprint(self, name: str) -> dict[str, Any]:
         """What a baseline entry of this config keeps: the config's own fingerprint. Files written before configs had
         one hold only the run's, whose server args are the last config's: those are left out, not misattributed."""

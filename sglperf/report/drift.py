@@ -156,6 +156,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-magnitude", type=float, default=DEFAULTS["min_magnitude"])
     p.add_argument("--window", type=int, default=DEFAULTS["window_len"])
     p.add_argument("--json", dest="json_path", default=None, help="also write the change points as JSON")
+    p.add_argument("--db", default=None, help="the fleet's database (postgresql://...) instead of a history file: "
+                   "Otava's PostgreSQL mode, one test per profile, hardware class, config, level and metric; its "
+                   "change points are written back to the points table")
+    p.add_argument("--branch", default=None, help="with --db: only runs of this branch (GITHUB_REF_NAME)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -163,6 +167,8 @@ def main(args: argparse.Namespace) -> int:
 
     import warnings
 
+    if args.db:
+        return main_db(args)
     path = Path(args.history_opt or args.history_file or history.default_path(Path("reports")))
     with warnings.catch_warnings(record=True) as skipped:
         warnings.simplefilter("always", history.TornLineWarning)
@@ -197,3 +203,31 @@ def main(args: argparse.Namespace) -> int:
                                            "change_points": [asdict(c) for c in cps]})
     return 0
 
+
+
+def main_db(args: argparse.Namespace) -> int:
+    from ..record import fleet
+    from .fleet_drift import detect as detect_db
+
+    try:
+        cps, n_series = detect_db(args.db, metric=args.metric, max_pvalue=args.pvalue,
+                                  min_magnitude=args.min_magnitude, window_len=args.window, branch=args.branch)
+    except fleet.FleetError as e:
+        print(f"sglperf drift: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"sglperf drift: --db needs Apache Otava and the PostgreSQL drivers ({e.name}): pip install -e "
+              f"'.[drift,fleet]'", file=sys.stderr)
+        return 2
+    cps = [c for c in cps if (not args.config or c.config == args.config) and (not args.level or c.level == args.level)]
+    print(f"{fleet.check_url(args.db, '--db').shown()}: {n_series} series ({args.metric}) with at least {MIN_RUNS} "
+          f"valid runs, p <= {args.pvalue:g}, change >= {args.min_magnitude:.0%}: {len(cps)} change point(s), "
+          f"written to points.otava_* by Otava")
+    for c in cps:
+        print("  " + c.describe())
+    if args.json_path:
+        from ..fileio import atomic_write_json
+
+        atomic_write_json(args.json_path, {"db": fleet.check_url(args.db, "--db").shown(), "metric": args.metric,
+                                           "change_points": [asdict(c) for c in cps]})
+    return 0
