@@ -131,12 +131,11 @@ def _judge(entry, runs, replicates: int) -> str:
 def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
     """Seeded: a profile of 6 levels calibrated from 5 runs each (their variances pooled), then an unchanged system
     and one 5% slower, each run as the suite runs it (one start; more, up to three as sim-ci and gpu1-llamacpp allow,
-    while undecided; several starts are judged by their mean, whose interval pools their spread with the baseline's
-    between-start CV). False regressions stay at or below 1% of levels; where the between-start noise is small next
-    to 5% (CV 0.5-1%, as the simulator and a quiet CPU engine), a 5% drop is caught in at least 85% of levels at the
-    same level length (seed 7: 99.9% at CV 0.5%, 89.6% at 1%; the starts' own intervals alone, which say nothing of
-    their spread, gave 99.2% and 94.0% with a second start). The GPU-like row (CV 3%) prints its power: its
-    detectable drop is the calibration's, docs/measurement.md."""
+    while undecided; several starts are judged by their mean, whose interval widens to their spread where they
+    disagree beyond the baseline's noise). False regressions stay at or below 1% of levels; where the between-start
+    noise is small next to 5% (CV 0.5-1%, as the simulator and a quiet CPU engine), a 5% drop is caught in at least
+    90% of levels at the same level length. The GPU-like row (CV 3%) prints its power: its detectable drop is the
+    calibration's, docs/measurement.md."""
     rng = np.random.default_rng(7)
     trials, alarms, caught, undecided = 2000, 0, 0, 0
     for _ in range(trials):
@@ -158,7 +157,7 @@ def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
           f"undecided after three starts {undecided / trials:.2%}, a 5% drop caught {caught / trials:.1%}")
     assert alarms / trials <= 0.01
     if between <= 0.01:
-        assert caught / trials >= 0.85
+        assert caught / trials >= 0.90
 
 
 def test_the_h200_run_whose_cpu_the_hypervisor_took_names_it_at_the_levels_it_slowed():
@@ -179,15 +178,15 @@ def test_the_h200_run_whose_cpu_the_hypervisor_took_names_it_at_the_levels_it_sl
 
 
 def test_two_starts_that_disagree_are_no_precise_mean():
-    """The H200, 2026-12-01: p16 c8 read 696.9 ± 17.1 on one start and 1,004.6 ± 25.2 on the next. Their mean is
-    850.8; the starts' own intervals alone said ± 15.2, their spread says ± 97 (pooled with the baseline's
-    between-start CV of 0% over 11 df). Both starts agreeing keeps the narrow interval."""
+    """The H200, 2026-12-01: p16 c8 read 696.9 ± 17.1 on one start and 1,004.6 ± 25.2 on the next, against a
+    baseline whose run-to-run CV is 3% (between starts 0%, 11 df). Their mean is 850.8; the starts' own intervals
+    alone said ± 15.2, their spread says ± 97. Starts that agree within the baseline's noise keep the narrow one."""
     entry = Entry(metric="sustained_output_tps", value=997.0, tolerance=0.03, noise_cv=0.0298, runs=6, noise_df=10.9,
                   within_cv=0.0406, taken_at="2026-12-01", source="s", sglperf_version="0")
     apart = [result(value=696.9, ci=17.1), result(value=1004.6, ci=25.2)]
-    mean, half = combined(apart, "sustained_output_tps", entry.noise().between, entry.noise().df)
+    mean, half = combined(apart, "sustained_output_tps", entry.noise())
     assert mean == pytest.approx(850.75) and 90 < half < 105
     v = check_floor(apart, entry, where="p16 c8", baseline_source="b", log_path=None)
-    assert v.outcome == "regression" and "this run's starts ±25.6% (SD): the interval pools both" in v.message
+    assert v.outcome == "regression" and "this run's starts ±25.6% (SD)" in v.message
     close = [result(value=1001.0, ci=17.0), result(value=1004.0, ci=17.0)]
-    assert combined(close, "sustained_output_tps", 0.0, 10.9)[1] == pytest.approx(math.sqrt(2 * 17.0 ** 2) / 2)
+    assert combined(close, "sustained_output_tps", entry.noise())[1] == pytest.approx(math.sqrt(2 * 17.0 ** 2) / 2)

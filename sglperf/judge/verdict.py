@@ -69,24 +69,26 @@ def floor_of(entry: Entry, starts: int = 1) -> tuple[float, float]:
     return entry.value * (1 - tol), tol
 
 
-def combined(levels: list[LevelResult], metric: str, between: float = 0.0, between_df: float = 0.0
-             ) -> tuple[float | None, float | None]:
+def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float | None, float | None]:
     """The mean of a level's values over its server starts, and its 95% interval: the starts' own intervals
-    together, or, where wider, what the starts' spread says about their mean. That spread is pooled with the
-    baseline's between-start CV (`between` with `between_df` degrees of freedom): two starts reading 697 and 1,005
-    are no ±15 tok/s mean, however precise each one was."""
+    together. Where the starts disagree beyond the baseline's run-to-run noise (`noise`, judge/noise.py: their
+    variance above its CV's at F(0.99)), the baseline's model is refuted for this run and the interval is what
+    their spread, pooled with the baseline's between-start CV, says of their mean: two H200 starts reading 697 and
+    1,005 were no ±15 tok/s mean. Starts that agree keep the floor's own accounting of between-start noise."""
     values = [getattr(r, metric) for r in levels]
     if any(v is None for v in values):
         return None, None
     n, mean = len(values), sum(values) / len(values)
     halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
     half = None if any(h is None for h in halves) else math.sqrt(sum(h * h for h in halves)) / n
-    if n >= 2:
+    if n >= 2 and mean:
         observed = sum((v - mean) ** 2 for v in values) / (n - 1)
-        df = between_df + n - 1
-        pooled = (between_df * (between * mean) ** 2 + (n - 1) * observed) / df
-        spread_half = float(stats.t.ppf(0.975, df)) * math.sqrt(pooled / n)
-        half = spread_half if half is None else max(half, spread_half)
+        cv, between, df = (noise.cv, noise.between, noise.df) if noise is not None else (0.0, 0.0, 0.0)
+        expected = (cv * mean) ** 2
+        if expected == 0 or observed / expected > float(stats.f.ppf(0.99, n - 1, max(df, 1.0))):
+            pooled = (df * (between * mean) ** 2 + (n - 1) * observed) / (df + n - 1)
+            spread_half = float(stats.t.ppf(0.975, df + n - 1)) * math.sqrt(pooled / n)
+            half = spread_half if half is None else max(half, spread_half)
     return mean, half
 
 
@@ -96,7 +98,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     against the floor for that many starts."""
     starts = level if isinstance(level, list) else [level]
     noise = entry.noise()
-    value, ci = combined(starts, entry.metric, *((noise.between, noise.df) if noise else (0.0, 0.0)))
+    value, ci = combined(starts, entry.metric, noise)
     floor, tol = floor_of(entry, len(starts))
     slack = max((r.sim_behind_share or 0.0) for r in starts)
     outcome = floor_outcome(value, ci, floor, slack)
@@ -107,7 +109,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     why = (f"; between starts ±{noise.between:.1%} (CV, {noise.df:.0f} df)" if noise else "")
     if len(starts) > 1 and value:
         sd = math.sqrt(sum((getattr(r, entry.metric) - value) ** 2 for r in starts) / (len(starts) - 1))
-        why += f", this run's starts ±{sd / value:.1%} (SD): the interval pools both"
+        why += f", this run's starts ±{sd / value:.1%} (SD)"
     msg = (f"{where}: {entry.metric} {value if value is None else format(value, ',.1f')}{ci_s} tok/s{over}{delta}; "
            f"floor {floor:,.1f} = baseline {entry.value:,.1f} x (1 - {tol:.1%}){why}; "
            f"baseline: {baseline_source} (taken {entry.taken_at} from {entry.source})")
