@@ -4,6 +4,7 @@ prepare --cpu` (skipped without it, a failure under SGLPERF_REQUIRE_SGLANG=1).""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -27,9 +28,16 @@ def test_sglangs_secret_flags_reach_no_file_the_run_writes(tmp_path):
     file, history, server log, Allure results, benchmark JSON) holds a value."""
     _require_sglang()
     allure = tmp_path / "allure"
+    # The subject is where the secrets go, not the speed: the floors and ceilings are left out (CI of 2026-12-01 read
+    # rr4 c2 at 289.8 and 309.8 against a 392.4 baseline here, two starts, and the test went red for it); the level
+    # is still measured, its requests authenticated (request health), its files written.
     p, out = run_suite(tmp_path, "--alluredir", str(allure), "--benchmark-json", str(tmp_path / "reports" / "b.json"),
+                       "-k", "not throughput_floor and not latency_ceilings",
                        *[f"--server-arg={f}={v}" for f, v in SECRETS.items()])
     assert p.returncode == 0, out[-3000:]
+    (run_file,) = (tmp_path / "reports" / "runs").glob("*.json")
+    level = json.loads(run_file.read_text())["configs"]["rr4"]["levels"]["2"]
+    assert level["valid"] and level["completed"] > 0 and not level["errors"]  # measured, every request let in
     assert leaked([tmp_path / "reports", allure], SECRETS.values()) == []
     log = next((tmp_path / "reports" / "servers").glob("*.log")).read_text()
     assert "admin_api_key': '<redacted>'" in log  # SGLang's own ServerArgs line, its value replaced
