@@ -89,17 +89,28 @@ def detect(records: list[dict], *, metric: str = "sustained_output_tps", config:
             continue
         values = [v for _, v in pts]
         cps = change_points(values, max_pvalue=max_pvalue, min_magnitude=min_magnitude, window_len=window_len)
-        bounds = [0] + [c.index for c in cps] + [len(values)]
-        for j, c in enumerate(cps):
-            i = c.index
-            before, after = pts[i - 1][0], pts[i][0]
-            seg_before, seg_after = values[bounds[j]:i], values[i:bounds[j + 2]]
-            mb, ma = sum(seg_before) / len(seg_before), sum(seg_after) / len(seg_after)
-            changes, at = environment_change_near(pts, i)
-            gpu = gpu_changes([p[0] for p in pts[bounds[j]:i]], [p[0] for p in pts[i:bounds[j + 2]]], cname, lv)
-            out.append(ChangePoint(profile, hw, cname, lv, metric, i, before["run_id"], after["run_id"],
-                                   before["time"], after["time"], mb, ma, ma / mb - 1, float(c.stats.pvalue),
-                                   len(seg_before), len(seg_after), changes, at, tuple(gpu)))
+        out += tell(profile, hw, cname, lv, metric, pts, cps)
+    return out
+
+
+def tell(profile: str, hw: str | None, cname: str, lv: int, metric: str, pts: list[tuple[dict, float]],
+         cps) -> list[ChangePoint]:
+    """Otava's change points (each with .index and .stats.pvalue) over the series `pts` (history record, value):
+    the means of the segments on each side, and what changed in the fingerprint and on the GPUs there."""
+    values = [v for _, v in pts]
+    cps = sorted(cps, key=lambda c: c.index)
+    bounds = [0] + [c.index for c in cps] + [len(values)]
+    out = []
+    for j, c in enumerate(cps):
+        i = c.index
+        before, after = pts[i - 1][0], pts[i][0]
+        seg_before, seg_after = values[bounds[j]:i], values[i:bounds[j + 2]]
+        mb, ma = sum(seg_before) / len(seg_before), sum(seg_after) / len(seg_after)
+        changes, at = environment_change_near(pts, i)
+        gpu = gpu_changes([p[0] for p in pts[bounds[j]:i]], [p[0] for p in pts[i:bounds[j + 2]]], cname, lv)
+        out.append(ChangePoint(profile, hw, cname, lv, metric, i, before["run_id"], after["run_id"],
+                               before["time"], after["time"], mb, ma, ma / mb - 1, float(c.stats.pvalue),
+                               len(seg_before), len(seg_after), changes, at, tuple(gpu)))
     return out
 
 

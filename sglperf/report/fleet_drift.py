@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from ..record import fleet
 from ..records import METRICS
-from .drift import MIN_RUNS, ChangePoint, environment_change_near, gpu_changes
+from .drift import MIN_RUNS, ChangePoint, tell
 
 UPDATE = ("UPDATE points SET otava_forward_change_pct = %s, otava_backward_change_pct = %s, otava_pvalue = %s "
           "WHERE run_id = '{run_id}' AND config = {config} AND level = {level} AND metric = '{metric}'")
@@ -95,20 +95,5 @@ def detect(url: str, *, metric: str, max_pvalue: float, min_magnitude: float, wi
 
 
 def _told(analyzed, metric, profile, hw, config, level, records) -> list[ChangePoint]:
-    values = list(analyzed.data(metric))
-    ids = analyzed.attribute_values("run_id")
-    pts = [(records[i], v) for i, v in zip(ids, values) if i in records]
-    cps = sorted(analyzed.change_points.get(metric, []), key=lambda c: c.index)
-    bounds = [0] + [c.index for c in cps] + [len(values)]
-    out = []
-    for j, c in enumerate(cps):
-        i = c.index
-        before, after = values[bounds[j]:i], values[i:bounds[j + 2]]
-        mb, ma = sum(before) / len(before), sum(after) / len(after)
-        changes, at = environment_change_near(pts, i)
-        gpu = gpu_changes([p[0] for p in pts[bounds[j]:i]], [p[0] for p in pts[i:bounds[j + 2]]], config, level)
-        rb, ra = pts[i - 1][0], pts[i][0]
-        out.append(ChangePoint(profile, hw, config, level, metric, i, rb["run_id"], ra["run_id"], rb["time"],
-                               ra["time"], mb, ma, ma / mb - 1, float(c.stats.pvalue), len(before), len(after),
-                               changes, at, tuple(gpu)))
-    return out
+    pts = [(records[i], v) for i, v in zip(analyzed.attribute_values("run_id"), analyzed.data(metric))]
+    return tell(profile, hw, config, level, metric, pts, analyzed.change_points.get(metric, []))
