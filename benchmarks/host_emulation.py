@@ -3,7 +3,10 @@ core, under a CPU quota (cgroup v1 cpu controller), beside a neighbour that keep
 limit busy, and idle. Prints each run's outcome and the c8 latencies its verdicts read, so a threshold can be checked
 against hosts this machine is not. Runs as root (cgroups); everything it starts it ends.
 
-    python benchmarks/host_emulation.py [--runs 1] [--levels 8] [-- extra pytest args]
+    python benchmarks/host_emulation.py [--runs 1] [--levels 8] [--slowdowns] [-- extra pytest args]
+
+--slowdowns: after each emulation's clean runs, one run with each planted slowdown the main job must still fail
+(a 50% slower prefill: LATENCY REGRESSION; 15% slower steps: THROUGHPUT REGRESSION).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CGROUP = Path("/sys/fs/cgroup/cpu")
+SLOWDOWNS = [("--prefill-slowdown=0.5", "LATENCY REGRESSION"), ("--slowdown=0.85", "THROUGHPUT REGRESSION")]
 
 
 def _spin(share: float, stop) -> None:
@@ -84,7 +88,8 @@ def summary(out: str, reports: Path) -> str:
         for cname, c in doc["configs"].items():
             r = c["levels"].get("8")
             if r:
-                c8.append(f"{cname} c8 TTFT mean {r['ttft_ms']['mean']:.1f} ms, TPOT p50 {r['tpot_ms']['median']:.1f}, "
+                c8.append(f"{cname} c8 TTFT mean {r['ttft_ms']['mean']:.1f} ms "
+                          f"(server's {r['server_ttft_ms']['mean']:.1f}), TPOT p50 {r['tpot_ms']['median']:.1f}, "
                           f"{r['sustained_output_tps']:.0f} tok/s")
     return f"{last[-1].strip('= ') if last else '?'}  {', '.join(cats) or '-'}\n      " + "\n      ".join(c8)
 
@@ -94,6 +99,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--levels", default=None)
     ap.add_argument("--only", default=None, help="comma-separated emulations to run")
+    ap.add_argument("--slowdowns", action="store_true", help="also one run per planted slowdown per emulation")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-m", "sim", "-q", "-p", "no:randomly",
@@ -107,14 +113,17 @@ def main() -> None:
     for name, how in emulations.items():
         if a.only and not any(k in name for k in a.only.split(",")):
             continue
-        for i in range(a.runs):
+        runs = [(f"run {i + 1}", []) for i in range(a.runs)]
+        if a.slowdowns:
+            runs += [(f"slowed ({s}, expect {want})", [f"--server-arg={s}"]) for s, want in SLOWDOWNS]
+        for label, args in runs:
             reports = Path(tempfile.mkdtemp(prefix="sglperf-emul-"))
             with contextlib.ExitStack() as stack:
                 group = stack.enter_context(quota(how["quota"])) if "quota" in how else None
                 if "share" in how:
                     stack.enter_context(neighbour(how["share"]))
-                rc, out = run(cmd, reports, how.get("prefix", []), group)
-            print(f"{name}, run {i + 1}: exit {rc}: {summary(out, reports)}", flush=True)
+                rc, out = run(cmd + args, reports, how.get("prefix", []), group)
+            print(f"{name}, {label}: exit {rc}: {summary(out, reports)}", flush=True)
 
 
 if __name__ == "__main__":
