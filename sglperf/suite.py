@@ -505,8 +505,13 @@ class Suite:
         return self.measurements.get((profile, config, level))
 
     def results(self, profile: str, config: str) -> dict[int, LevelResult]:
-        """The config's measured levels so far, by level."""
+        """The config's measured levels so far, by level (each level's first start)."""
         return {lv: m.result for (p, c, lv), m in sorted(self.measurements.items()) if (p, c) == (profile, config)}
+
+    def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]:
+        """The config's measured levels so far, by level: every server start of each (the first, then replicates)."""
+        return {lv: [m.result, *(x.result for x in self.replicates.get((p, c, lv), []))]
+                for (p, c, lv), m in sorted(self.measurements.items()) if (p, c) == (profile, config)}
 
     def config_run(self, profile: str, config: str) -> ConfigRun | None:
         """The config's server, where this session opened it."""
