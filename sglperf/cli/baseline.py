@@ -50,6 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--last N finished runs of --profile on --hardware-class")
     c.add_argument("--hardware-class", default=None)
     c.add_argument("--last", type=int, default=10)
+    c.add_argument("--host", action="append", default=[], metavar="LABEL:RUN_ID[,RUN_ID...]",
+                   help="which host ran these runs, where their files do not say (no host_id in the fingerprint); "
+                        "with runs from 2+ hosts the host's part of the noise is estimated and kept by floors over "
+                        "several starts")
 
 
 def fleet_runs(args) -> list:
@@ -113,6 +117,20 @@ def _write(target: Path, new: baselines.BaselineFile, dry_run: bool) -> None:
     print(f"wrote {target}: review the diff above and commit it")
 
 
+def _hosts(specs: list[str], runs) -> dict[str, str]:
+    """--host LABEL:RUN_ID,... as run id -> label; a run id none of the runs has is a usage error, named."""
+    out, ids = {}, {r.run_id for r in runs}
+    for spec in specs:
+        label, sep, rest = spec.partition(":")
+        if not sep or not label or not rest:
+            raise UsageError(f"--host {spec!r}: expected LABEL:RUN_ID[,RUN_ID...]")
+        for rid in filter(None, (x.strip() for x in rest.split(","))):
+            if rid not in ids:
+                raise UsageError(f"--host {spec!r}: no run {rid!r} among the runs given")
+            out[rid] = label
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         return _main(args)
@@ -124,6 +142,12 @@ def main(args: argparse.Namespace) -> int:
 def _main(args) -> int:
     _check_target(args)
     if args.baseline_cmd == "show":
+        def _replicates(name: str) -> int:  # the starts a floor may take: the profile's, where it loads
+            try:
+                return profiles.load(name).measurement.replicates
+            except Exception:
+                return 1
+
         files = [Path(args.file)] if args.file else sorted(
             (baselines.BASELINE_DIR / args.profile).glob("*.json") if args.profile
             else baselines.BASELINE_DIR.glob("*/*.json"))
@@ -131,13 +155,16 @@ def _main(args) -> int:
             if ".candidate" in f.name:
                 continue
             bf = baselines.load(f)
+            reps = _replicates(bf.profile)
             print(f"{f}: profile {bf.profile}, hardware class {bf.hardware_class!r}, {bf.isl} in / {bf.osl} out")
             for cname, lvls in bf.configs.items():
                 for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
                     for m, e in metrics.items():
                         n = e.noise()
                         noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df, catches "
-                                 f"{n.detectable(floor=e.min_tolerance or 0.0):.1%}") if n else ""
+                                 f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
+                                 + (f", {n.detectable(reps, floor=e.min_tolerance or 0.0):.1%} over {reps}"
+                                    if reps > 1 else "")) if n else ""
                         print(f"  {cname:<14} c{lv:<6} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
                               f"(-{e.tolerance:.1%}{noise})  {e.source}, {e.taken_at}")
         return 0
@@ -188,7 +215,8 @@ def _main(args) -> int:
         floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
         part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
                                           floor=floor, max_tolerance=args.max_tolerance,
-                                          target_drop=args.target_drop)
+                                          target_drop=args.target_drop, starts=prof.measurement.replicates,
+                                          hosts=_hosts(args.host, runs))
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)

@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from ..categories import UsageError
 from . import gpu
@@ -114,7 +115,7 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         "gpu_ecc": first.get("ecc"), "gpu_mig": first.get("mig"),
         "driver": first.get("driver"), "cuda": gpu.cuda_version() if rows else None,
         "kernel": platform.release(), "os": os_name(), "python": platform.python_version(),
-        "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "host_id": host_id(rows),
         **package_versions(),
         "server_version": info.get("version"),
         "model_path": model_path or info.get("model_path"),
@@ -129,6 +130,24 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
     if overrides:
         fp.update(overrides)
     return fp
+
+
+def host_id(gpu_rows: list[dict]) -> str | None:
+    """Which machine: a hash of its GPUs' UUIDs (one physical GPU is one host, whatever VM it is lent in), else of
+    /etc/machine-id. What calibrate groups runs by, to tell the host's part of the noise from a restart's."""
+    parts = []
+    if gpu_rows:
+        try:
+            uuids = {r.get("index"): r.get("uuid") for r in gpu.query("gpu", "index,uuid")}
+            parts = sorted(u for i, u in uuids.items() if u and i in {r.get("index") for r in gpu_rows})
+        except (OSError, ValueError):
+            parts = []
+    if not parts:
+        try:
+            parts = [Path("/etc/machine-id").read_text().strip()]
+        except OSError:
+            return None
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12] if any(parts) else None
 
 
 # Fields whose change is worth naming next to a regression, in the order a reader cares about.

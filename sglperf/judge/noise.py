@@ -35,6 +35,10 @@ class Noise:
     df: float
     within: float = 0.0
     runs: int = 1
+    # the part of the run-to-run noise that stays with the host: restarts on one host do not average it away. Not
+    # capped by `between`: at c8 the calibration runs' own intervals (lockstep counting) exceed their spread
+    host: float = 0.0
+    hosts: int = 0  # the calibration's hosts, where its runs said which (0: not known, `host` is then 0)
 
     @property
     def between(self) -> float:
@@ -43,8 +47,12 @@ class Noise:
 
     def spread(self, starts: int = 1) -> float:
         """Relative SD of (a run of `starts` starts, less the baseline value), its within-run part left out: that
-        part is the run's own interval, which the verdict uses beside the floor."""
-        return math.sqrt(self.between ** 2 / starts + self.cv ** 2 / self.runs)
+        part is the run's own interval, which the verdict uses beside the floor. A run on another host keeps the
+        host's part whatever its starts; the baseline's mean carries it once per calibration host."""
+        host = min(self.host, self.cv)
+        mean_var = (host ** 2 / self.hosts + (self.cv ** 2 - host ** 2) / self.runs) if self.hosts else \
+            self.cv ** 2 / self.runs
+        return math.sqrt(host ** 2 + max(0.0, self.between ** 2 - host ** 2) / starts + mean_var)
 
     def tolerance(self, starts: int = 1, *, false_alarm: float = FALSE_ALARM, floor: float = MIN_TOLERANCE) -> float:
         """The floor's distance below the baseline for a run of `starts` server starts: a one-sided prediction bound,
@@ -52,19 +60,50 @@ class Noise:
         return max(floor, float(stats.t.ppf(1 - false_alarm, max(self.df, 1.0))) * self.spread(starts))
 
     def detectable(self, starts: int = 1, *, power: float = POWER, **kw) -> float:
-        """The smallest drop that falls wholly below the floor (its interval included) with probability `power`."""
+        """The smallest drop a floor over `starts` starts catches with probability `power`: its interval wholly
+        below the floor, or, at the last start allowed, its value below the bound for both noises together
+        (judge/verdict.check_floor), whichever catches the smaller."""
         own = 1.96 * self.within / math.sqrt(starts)  # the run's own half-width
-        run_sd = math.sqrt((self.between ** 2 + self.within ** 2) / starts)
-        return self.tolerance(starts, **kw) + own + float(stats.norm.ppf(power)) * run_sd
+        host = min(self.host, self.cv)
+        run_sd = math.sqrt(host ** 2 + (max(0.0, self.between ** 2 - host ** 2) + self.within ** 2) / starts)
+        tol = self.tolerance(starts, **kw)
+        z = float(stats.norm.ppf(power))
+        point = max(tol, float(stats.t.ppf(1 - FALSE_ALARM / 2, max(self.df, 1.0)))
+                    * math.hypot(self.spread(starts), self.within / math.sqrt(starts)))
+        return min(tol + own, point) + z * run_sd
 
     def runs_for(self, drop: float, starts: int = 1, most: int = 100, **kw) -> int | None:
         """How many calibration runs (of this noise) would make `drop` detectable; None where no number of runs
         would (the between-start part alone is too large: measure more starts per run)."""
         for n in range(max(2, self.runs), most + 1):
-            more = Noise(self.cv, self.df + (n - self.runs), self.within, n)
+            more = Noise(self.cv, self.df + (n - self.runs), self.within, n, self.host, self.hosts)
             if more.detectable(starts, **kw) <= drop:
                 return n
         return None
+
+
+def host_share(groups: dict[tuple, dict[str, list[float]]]) -> tuple[float, int]:
+    """(relative SD, hosts): the part of the levels' run-to-run variance that stays with the host, from runs whose
+    host is known: per level a one-way random-effects estimate on log values ((MS between hosts - MS within) / n0),
+    averaged over the levels (one number for the profile: a few hosts say little per level). (0, 0) unless some
+    host has 2+ runs and there are 2+ hosts."""
+    estimates, hosts = [], 0
+    for per_host in groups.values():
+        sizes = [len(v) for v in per_host.values()]
+        n, g = sum(sizes), len(sizes)
+        if g < 2 or n - g < 1:
+            continue
+        logs = {h: [math.log(x) for x in v] for h, v in per_host.items()}
+        grand = sum(sum(v) for v in logs.values()) / n
+        means = {h: sum(v) / len(v) for h, v in logs.items()}
+        msw = sum((x - means[h]) ** 2 for h, v in logs.items() for x in v) / (n - g)
+        msb = sum(len(v) * (means[h] - grand) ** 2 for h, v in logs.items()) / (g - 1)
+        n0 = (n - sum(k * k for k in sizes) / n) / (g - 1)
+        estimates.append((msb - msw) / n0)
+        hosts = max(hosts, g)
+    if not estimates:
+        return 0.0, 0
+    return math.sqrt(max(0.0, sum(estimates) / len(estimates))), hosts
 
 
 def prior(variances: list[float], dfs: list[float]) -> tuple[float, float]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..categories import UsageError
 from ..fileio import atomic_write_json, lock_for, read_json
 from ..records import GATED, METRICS
-from ..judge.noise import MIN_TOLERANCE, Noise, moderate, prior
+from ..judge.noise import MIN_TOLERANCE, Noise, host_share, moderate, prior
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
@@ -42,6 +42,8 @@ class Entry(BaseModel):
     noise_df: float | None = Field(None, gt=0)  # its degrees of freedom (runs - 1 plus the pool's prior)
     within_cv: float | None = Field(None, ge=0)  # the calibration runs' own within-run part (their intervals' SE)
     own_cv: float | None = Field(None, ge=0)  # this level's own sample CV over its runs, before pooling
+    host_cv: float | None = Field(None, ge=0)  # the part of the run-to-run noise that stays with the host
+    hosts: int | None = Field(None, ge=0)  # how many hosts the calibration runs came from, where they said
     min_tolerance: float | None = Field(None, ge=0, lt=1)  # the tolerance it was never let below
     taken_at: str  # ISO date or date-time
     source: str  # the run it came from, or the document
@@ -62,7 +64,8 @@ class Entry(BaseModel):
         """The level's between-start noise, where the entry was calibrated (schema 1 files: runs - 1 df, no pool)."""
         if self.noise_cv is None or self.runs < 2:
             return None
-        return Noise(self.noise_cv, self.noise_df or self.runs - 1, self.within_cv or 0.0, self.runs)
+        return Noise(self.noise_cv, self.noise_df or self.runs - 1, self.within_cv or 0.0, self.runs,
+                     self.host_cv or 0.0, self.hosts or 0)
 
     @property
     def is_latency(self) -> bool:
@@ -258,12 +261,16 @@ def _log_variance(values: list[float]) -> float:
 
 def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: int, osl: int,
               floor: float = MIN_TOLERANCE, max_tolerance: float | None = None,
-              target_drop: float | None = None) -> tuple[BaselineFile, list[str]]:
+              target_drop: float | None = None, starts: int = 1,
+              hosts: dict[str, str] | None = None) -> tuple[BaselineFile, list[str]]:
     """A baseline from N runs of one profile on one hardware class: per level the mean, its run-to-run noise
     pooled with the profile's other levels (judge/noise.py), the calibration runs' own within-run part, and the
     tolerance that keeps false regressions at 1% per level. Levels invalid in any run are left out (and listed);
-    each level's note says the smallest drop its floor catches, and with `target_drop`, how many runs would catch
-    that one."""
+    each level's note says the smallest drop its floor catches in one server start and, where the profile allows
+    more (`starts`: its replicates; a level near its floor is measured again, judge/verdict.another_start), over
+    that many; with `target_drop`, how many runs would catch that one. `hosts`: run id -> host label, where the
+    run files do not say (their fingerprint's host_id); with runs from 2+ hosts, the part of the noise that stays
+    with a host is estimated (judge/noise.host_share) and a floor over several starts keeps it."""
     profiles = {r.profile for r in runs}
     classes = {r.hardware_class for r in runs}
     if len(profiles) != 1 or len(classes) != 1:
@@ -293,12 +300,25 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             keep[key] = vals
     variances = {k: _log_variance(v) for k, v in keep.items()}
     s0, d0 = prior(list(variances.values()), [len(v) - 1 for v in keep.values()])
+    labels = [(hosts or {}).get(r.run_id) or next((fp.get("host_id") for c in r.configs
+                                                   if (fp := r.config_fingerprint(c)).get("host_id")), None)
+              for r in runs]
+    host_sd, n_hosts = 0.0, 0
+    if all(labels):
+        host_sd, n_hosts = host_share({k: _by_host(labels, v) for k, v in keep.items()})
+        counts = ", ".join(f"{h}: {labels.count(h)} run{'s' if labels.count(h) > 1 else ''}"
+                           for h in dict.fromkeys(labels))
+        notes.append(f"hosts: {n_hosts} ({counts})"
+                     f"; the host's part of the run-to-run noise {host_sd:.2%} (SD, averaged over the levels)")
+    else:
+        notes.append("hosts: not known for every run (no host_id in their fingerprints; --host LABEL:RUN_ID,...): "
+                     "the noise is taken as all between starts")
     out: dict[str, dict[str, dict[str, Entry]]] = {}
     last = runs[-1]
     for (cname, lv), vals in keep.items():
         n = len(vals)
         var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
-        noise = Noise(math.sqrt(var), df, math.sqrt(sum(w * w for w in within[(cname, lv)]) / n), n)
+        noise = Noise(math.sqrt(var), df, math.sqrt(sum(w * w for w in within[(cname, lv)]) / n), n, host_sd, n_hosts)
         mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
         tol = noise.tolerance(floor=floor)
         if max_tolerance is not None and tol > max_tolerance:
@@ -307,19 +327,25 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             continue
         caught = noise.detectable(floor=floor)
         change = "rise" if METRICS[metric].better == "lower" else "drop"
-        note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}, within a run "
-                f"{noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a {change} of {caught:.1%} is caught with "
-                f"95% power")
+        host = f", the host's {min(host_sd, noise.cv):.2%}" if n_hosts else ""
+        note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}{host}, within a "
+                f"run {noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a {change} of {caught:.1%} is caught "
+                f"with 95% power in one server start")
+        if starts > 1:
+            caught = noise.detectable(starts, floor=floor)
+            note += f", {caught:.1%} over the {starts} starts the profile allows"
         if target_drop is not None and caught > target_drop and floor >= target_drop:
             note += f"; {target_drop:.0%} is within the profile's min_tolerance ({floor:.0%}): no run count changes that"
         elif target_drop is not None and caught > target_drop:
-            more = noise.runs_for(target_drop, floor=floor)
+            more = noise.runs_for(target_drop, starts, floor=floor)
             note += (f"; {target_drop:.0%} needs {more} runs" if more else
-                     f"; no number of runs catches {target_drop:.0%} in one server start (between-start noise "
-                     f"alone: measure more starts per level, [measurement] replicates)")
+                     f"; no number of runs catches {target_drop:.0%} in {starts} server start"
+                     f"{'s' if starts > 1 else ''} (between-start noise alone: measure more starts per level, "
+                     f"[measurement] replicates)")
         out.setdefault(cname, {})[lv] = {metric: Entry(
             metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
             noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
+            host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
             taken_at=now_iso(),
             source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
             fingerprint=last.config_fingerprint(cname), note=note)}
@@ -328,6 +354,13 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
                         configs=out, pooled=pooled), notes
+
+
+def _by_host(labels: list[str], values: list[float]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for h, v in zip(labels, values):
+        out.setdefault(h, []).append(v)
+    return out
 
 
 def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
