@@ -166,3 +166,29 @@ def test_bench_against_llama_server_needs_no_flags_and_gets_no_connection_errors
     assert [lv["concurrency"] for lv in levels] == [1, 2, 4, 8, 16]
     assert all(not e.get("connection") for e in errors.values()), errors
     assert all(lv["completed"] > 0 and lv["valid"] for lv in levels), p.stdout
+
+
+def test_idle_layers_keep_the_outputs_and_add_a_layers_work_each(tmp_path):
+    """`sglperf llamacpp model --idle-layers N`: N more layers with zero output projections. The real llama-server
+    greedy-decodes the same ids from it as from the plain model (the output canary sees nothing), while the file
+    holds N more full layers (the work: a planted slowdown, measured on the H200 in docs/gpu-proof.md)."""
+    from gguf import GGUFReader
+
+    binary = llamacpp_build.build()
+    plain = llamacpp_build.make_model()
+    idle = llamacpp_build.make_model(tmp_path / "idle.gguf", idle_layers=2)
+    layers = lambda p: {t.name.split(".")[1] for t in GGUFReader(str(p)).tensors if t.name.startswith("blk.")}
+    assert len(layers(idle)) == len(layers(plain)) + 2 == llamacpp_build.MODEL_SHAPE[1] + 2
+    outputs = []
+    for model in (plain, idle):
+        srv = launch(LaunchSpec("llama", [str(binary), "-m", str(model), "--threads", "1", "--no-webui", "--parallel",
+                                          "1", "--ctx-size", "256"], tmp_path / model.stem, launch_timeout_s=60,
+                                terminate_timeout_s=5))
+        try:
+            outputs.append([requests.post(srv.url + "/completion", json={
+                "prompt": [272 + (7 * k + i) % 1000 for i in range(16)], "n_predict": 16, "temperature": 0,
+                "cache_prompt": False, "return_tokens": True}, timeout=60).json()["tokens"] for k in range(3)])
+        finally:
+            assert not srv.stop().survivors
+    assert outputs[0] == outputs[1] and all(len(o) == 16 for o in outputs[0])
+    assert len(set(outputs[0][0])) > 1  # not a degenerate answer that any model would give

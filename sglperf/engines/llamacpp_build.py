@@ -42,9 +42,11 @@ def server_path(version: str = LLAMA_CPP_PYTHON, cuda: bool = False) -> Path:
     return cache_dir() / f"llama.cpp-{version}{'-cuda' if cuda else ''}" / "bin" / "llama-server"
 
 
-def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False, seed: int = 0) -> Path:
+def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False, seed: int = 0,
+               idle_layers: int = 0) -> Path:
     e, l, f = shape
-    return cache_dir() / "models" / f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}{f'-s{seed}' if seed else ''}.gguf"
+    return cache_dir() / "models" / (f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}{f'-s{seed}' if seed else ''}"
+                                     f"{f'-idle{idle_layers}' if idle_layers else ''}.gguf")
 
 
 def cuda_arch() -> str:
@@ -141,11 +143,14 @@ def _run(argv: list[str]) -> None:
 
 
 def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False,
-               seed: int = 0) -> Path:
+               seed: int = 0, idle_layers: int = 0) -> Path:
     """A deterministic random-weights llama GGUF with a SentencePiece-style vocabulary: every 'wNNN' is one token.
     `f16`: matrices in F16 (norms stay F32), as a GPU model is served. `seed`: another seed is another model with
-    the same shape and vocabulary (what a broken kernel or a wrong checkpoint looks like to the output canary)."""
-    path = Path(path or model_path(shape, f16, seed))
+    the same shape and vocabulary (what a broken kernel or a wrong checkpoint looks like to the output canary).
+    `idle_layers`: that many more layers whose output projections are zero, so each adds exactly nothing to the
+    residual stream and costs a full layer's work: the same outputs, slower by a known amount of work (a planted
+    slowdown the output canary must not see)."""
+    path = Path(path or model_path(shape, f16, seed, idle_layers))
     if path.exists():
         return path
     from gguf import GGUFWriter
@@ -153,8 +158,8 @@ def make_model(path: Path | None = None, shape: tuple[int, int, int] = MODEL_SHA
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     w = GGUFWriter(str(tmp), "llama")
-    n_vocab = _write_metadata(w, shape, f16)
-    _write_tensors(w, shape, n_vocab, f16, seed)
+    n_vocab = _write_metadata(w, (shape[0], shape[1] + idle_layers, shape[2]), f16)
+    _write_tensors(w, shape, n_vocab, f16, seed, idle_layers)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -223,7 +228,7 @@ def _write_metadata(w, shape: tuple[int, int, int], f16: bool) -> int:
     return len(tokens)
 
 
-def _write_tensors(w, shape: tuple[int, int, int], n_vocab: int, f16: bool, seed: int) -> None:
+def _write_tensors(w, shape: tuple[int, int, int], n_vocab: int, f16: bool, seed: int, idle_layers: int = 0) -> None:
     import numpy as np
 
     n_embd, n_layer, n_ff = shape
@@ -251,6 +256,14 @@ def _write_tensors(w, shape: tuple[int, int, int], n_vocab: int, f16: bool, seed
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             w.add_tensor(p + name + ".weight", shared[name])
+    for i in range(n_layer, n_layer + idle_layers):  # the last layer's weights, its two output projections zero
+        p = f"blk.{i}."
+        for name in ("attn_norm", "ffn_norm"):
+            w.add_tensor(p + name + ".weight", np.ones(n_embd, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"):
+            w.add_tensor(p + name + ".weight", shared[name])
+        for name in ("attn_output", "ffn_down"):
+            w.add_tensor(p + name + ".weight", np.zeros_like(shared[name]))
 
 
 def main(argv: list[str]) -> int:
@@ -268,14 +281,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--size", choices=["tiny", "gpu"], default="tiny",
                     help=f"model: tiny {MODEL_SHAPE} F32 for the CPU, gpu {GPU_MODEL_SHAPE} F16 (n_embd, n_layer, "
                          f"n_ff)")
+    ap.add_argument("--idle-layers", type=int, default=0,
+                    help="model: add N layers that do a layer's work and change nothing (zero output projections): "
+                         "the same outputs, a known slowdown")
     a = ap.parse_args(argv)
     try:
         if a.what == "build":
             print(build(jobs=a.jobs, cuda=a.cuda, source=a.source))
         elif a.what == "model":
             t0 = time.monotonic()
-            print(make_model(shape=GPU_MODEL_SHAPE, f16=True, seed=a.seed) if a.size == "gpu" else
-                  make_model(seed=a.seed))
+            print(make_model(shape=GPU_MODEL_SHAPE, f16=True, seed=a.seed, idle_layers=a.idle_layers)
+                  if a.size == "gpu" else make_model(seed=a.seed, idle_layers=a.idle_layers))
             _log(f"model ready in {time.monotonic() - t0:.1f} s")
         else:
             print(f"llama-server: {server_path()}\nllama-server (CUDA): {server_path(cuda=True)}\n"
