@@ -160,3 +160,18 @@ def test_the_disturbance_plot_draws_host_load_and_gpu_clocks():
     r: LevelResult = _level(1000.0, 10.0, {})
     png = level_disturbance(0.0, host, [], gpus, r)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_the_host_id_is_the_gpus_uuids_hashed_and_without_gpus_the_machine_id(monkeypatch):
+    """One physical GPU is one host whatever VM it is lent in (the H200s of 2026-12-01: one UUID per host start)."""
+    from sglperf.environment import fingerprint
+
+    rows = [{"index": "0"}, {"index": "1"}]
+    answer = [{"index": "0", "uuid": "GPU-80a8df55"}, {"index": "1", "uuid": "GPU-aef2eb3b"}, {"index": "2",
+                                                                                                "uuid": "GPU-other"}]
+    monkeypatch.setattr(gpu, "query", lambda what, fields: answer)
+    both = fingerprint.host_id(rows)
+    assert both == fingerprint.host_id(list(reversed(rows))) and both != fingerprint.host_id(rows[:1])
+    assert len(both) == 12 and "GPU" not in both
+    if Path("/etc/machine-id").exists():
+        assert fingerprint.host_id([]) not in (None, both)

@@ -82,3 +82,57 @@ def test_calibrate_refuses_one_run_given_twice_and_an_unfinished_run(tmp_path):
     cut = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", *files, "--dry-run"],
                          capture_output=True, text=True, timeout=60)
     assert cut.returncode == 2 and "run r1 is interrupted and incomplete: only finished runs" in cut.stderr
+
+
+def _host_runs(rng, host_sd, start_sd, hosts=4, per_host=3, levels=6):
+    """Runs of one profile from `hosts` machines (their fingerprints' host_id), each machine's levels offset alike."""
+    mu = rng.uniform(500, 3000, levels)
+    docs = []
+    for h in range(hosts):
+        offset = rng.normal(0, host_sd)
+        for i in range(per_host):
+            docs.append(rundocs.run_doc(f"h{h}r{i}", {8 * (j + 1): rundocs.result(
+                8 * (j + 1), value=float(m * (1 + offset) * (1 + rng.normal(0, start_sd))), ci=1.0)
+                for j, m in enumerate(mu)}, fingerprint={"driver": "575.51", "host_id": f"host{h}"}))
+    return docs
+
+
+def test_calibrate_tells_the_hosts_part_of_the_noise_and_a_floor_over_starts_keeps_it():
+    """Twelve runs from four machines that differ by 3% while restarts on one differ by 1%: calibrate finds most of
+    the between-start noise stays with the host (from the fingerprints' host_id), and the tolerance for three
+    starts shrinks only by the restart part, not to a third of the variance."""
+    rng = np.random.default_rng(3)
+    docs = _host_runs(rng, host_sd=0.03, start_sd=0.01)
+    bf, notes = baselines.calibrate(docs, isl=32, osl=32, starts=3)
+    assert any(n.startswith("hosts: 4 (host0: 3 runs") for n in notes)
+    e = bf.entries("rr24-cds4", 8)["sustained_output_tps"]
+    n = e.noise()
+    assert e.hosts == 4 and 0.015 < n.host <= n.cv
+    blind = Noise(n.cv, n.df, n.within, n.runs)  # the same noise with its host part unknown
+    assert n.tolerance(3) > blind.tolerance(3) and n.tolerance(3) > 0.8 * n.tolerance(1)
+    assert "over the 3 starts the profile allows" in e.note
+
+
+def test_hosts_named_on_the_command_line_and_runs_that_do_not_say():
+    rng = np.random.default_rng(4)
+    docs = _host_runs(rng, host_sd=0.03, start_sd=0.01, hosts=2)
+    for d in docs:
+        d.fingerprint.pop("host_id")
+    bf, notes = baselines.calibrate(docs, isl=32, osl=32)
+    assert any("hosts: not known for every run" in n for n in notes)
+    assert bf.entries("rr24-cds4", 8)["sustained_output_tps"].hosts is None
+    labels = {d.run_id: d.run_id[:2] for d in docs}
+    bf, notes = baselines.calibrate(docs, isl=32, osl=32, hosts=labels)
+    assert bf.entries("rr24-cds4", 8)["sustained_output_tps"].hosts == 2
+
+
+def test_calibrate_refuses_a_host_label_for_a_run_it_was_not_given(tmp_path):
+    rng = np.random.default_rng(5)
+    paths = []
+    for d in _host_runs(rng, host_sd=0.0, start_sd=0.01, hosts=1, per_host=2, levels=3):
+        p = tmp_path / f"{d.run_id}.json"
+        p.write_text(d.model_dump_json())
+        paths.append(str(p))
+    out = subprocess.run([sys.executable, "-m", "sglperf", "baseline", "calibrate", *paths, "--dry-run",
+                          "--host", "a:nosuchrun", "--file", str(tmp_path / "b.json")], capture_output=True, text=True)
+    assert out.returncode == 2 and "--host 'a:nosuchrun': no run 'nosuchrun' among the runs given" in out.stderr
