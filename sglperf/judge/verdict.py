@@ -200,12 +200,13 @@ def judged_start(levels: list[LevelResult], noise=None) -> LevelResult:
 
 
 def another_start(v: FloorVerdict, starts: int, entry: Entry, replicates: int, *, disturbed: bool = False) -> bool:
-    """Whether a floor needs one more server start, where the profile's `replicates` allow it. Undecided: yes. A
-    regression stands only over all the starts allowed (or every start disturbed, or the budget spent): one start
-    reads low often enough on a GPU. A pass before then must clear the floor for all the starts allowed, the
+    """Whether a floor needs one more server start, where the profile's `replicates` allow it (the suite stops
+    sooner when its budget is spent). Undecided: yes. A regression stands only over all the starts allowed: one
+    start reads low often enough on a GPU. A pass before then must clear the floor for all the starts allowed, the
     highest: a drop that hides in one start's spread (p32 c64 on the H200: between starts ±2.9%, a 10% drop) is
-    caught by the mean of several, and a healthy level well above its floor still passes at once. The decision
-    at the last start is the floor for that many starts, so false regressions stay at that floor's rate."""
+    caught by the mean of several, and a healthy level well above its floor still passes at once. The decision at
+    the last start is the floor for that many starts (or check_floor's bound, `last`), so false regressions stay
+    at that floor's rate."""
     if starts >= replicates:
         return False
     if v.outcome == "inconclusive" or (v.outcome == "regression" and not disturbed):
