@@ -3,7 +3,7 @@ config's cap binds (the seed: +28% at 2048)."""
 
 import pytest
 
-from fixtures.plugin import allure_on, outcome, settle
+from fixtures.plugin import allure_on, outcome, remeasure_least_precise, settle
 from sglperf.report import allure as report
 from sglperf.categories import INVALID
 from sglperf.record.recorder import ABDoc
@@ -48,29 +48,16 @@ def test_config_ab(perf_profile, perf_session, request):
     judged, v = judge()
     # undecided (and nothing failed): the least precise level of the undecided claims is measured again after a
     # restart of its config, while the profile allows (llama.cpp on 2 cores read a c8 at ±60-270%)
-    exhausted = set()
-    while v.unsure and not v.problems:
+    def wanted():  # the levels its undecided claims name; the pooled gain past the base's ceiling names them all
         named = {int(u[1:u.index(":")].rstrip("+")) for u in v.unsure if u.startswith("c")}
-        past = {lv for lv in judged[prof.ab.base] if lv > base.ceiling.effective}
-        wanted = {lv for lv in judged[prof.ab.base] if lv in named}
-        if any("+:" in u for u in v.unsure):  # the pooled gain past the base's ceiling
-            wanted |= past
-        rel = {(c, lv): (judged[c][lv].sustained_output_tps_ci95 or 0.0) / judged[c][lv].sustained_output_tps
-               for c in runs for lv in wanted if (c, lv) not in exhausted and judged[c].get(lv)
-               and judged[c][lv].sustained_output_tps}
-        if not rel:
-            break
-        c, lv = max(rel, key=rel.get)
-        more = runs[c].replicate(lv, f"the A/B was undecided ({'; '.join(v.unsure)[:300]}); {c} c{lv} is its least "
-                                     f"precise level (±{rel[(c, lv)]:.1%})")
-        if more is None:
-            exhausted.add((c, lv))
-            continue
-        print(f"{runs[c].where} c{lv}: start {len(more)} read {more[-1].result.sustained_output_tps:,.1f} tok/s "
-              f"(re-measured after a server restart: the A/B was undecided)")
-        failure = runs[c].level_failure(more[-1])
-        if failure:
-            pytest.fail(failure, pytrace=False)
+        lvs = {lv for lv in judged[prof.ab.base] if lv in named}
+        if any("+:" in u for u in v.unsure):
+            lvs |= {lv for lv in judged[prof.ab.base] if lv > base.ceiling.effective}
+        return [(c, lv) for c in runs for lv in lvs]
+
+    tried: set = set()
+    while v.unsure and not v.problems and remeasure_least_precise(
+            runs, judged, wanted(), tried, f"the A/B was undecided ({'; '.join(v.unsure)[:300]})"):
         judged, v = judge()
     perf_session.recorder(prof).set_ab(ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
                                              gains={str(k): g for k, g in v.gains.items()}, lines=list(v.lines),

@@ -44,8 +44,9 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             pytest.skip(f"{path} has no throughput entry for {run.name} c{level}")
         def judge(starts, last=False):
             return [check_floor(starts, e, where=f"{run.where} c{level}", baseline_source=str(path),
-                                log_path=run.log_path, env_diff=fingerprint.describe_diff(e.fingerprint, run.fingerprint)
-                                if e.fingerprint else "", last=last) for e in entries.values()]
+                                log_path=run.log_path, last=last,
+                                env_diff=fingerprint.describe_diff(e.fingerprint, run.fingerprint)
+                                if e.fingerprint else "") for e in entries.values()]
 
         def clean(starts):  # the starts nothing disturbed decide, where there are any
             return [x for x in starts if not x.result.disturbances] or starts

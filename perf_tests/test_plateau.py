@@ -3,7 +3,7 @@
 
 import pytest
 
-from fixtures.plugin import allure_on, evidence_on_failure, settle
+from fixtures.plugin import allure_on, evidence_on_failure, remeasure_least_precise, settle
 from sglperf.report import allure as report, plots
 from sglperf.categories import INFRA, INVALID
 from sglperf.record.recorder import PlateauDoc
@@ -69,23 +69,10 @@ def _check(run, perf_session):
     judged, v = judge()
     # undecided: the least precise level it compares is measured again after a restart, while the profile allows
     # (llama.cpp on 2 cores ran p4 c32 at 825 then 693 tok/s inside one window: ±60%, and the plateau undecided)
-    tried = set()
-    while v.outcome == "inconclusive":
-        rel = {lv: (x.sustained_output_tps_ci95 or 0.0) / x.sustained_output_tps
-               for lv, x in judged.items() if x.sustained_output_tps and lv not in tried}
-        if not rel:
-            break
-        lv = max(rel, key=rel.get)
-        more = run.replicate(lv, f"the plateau was undecided ({'; '.join(v.unsure)[:300]}); c{lv} is its least "
-                                 f"precise level (±{rel[lv]:.1%})")
-        if more is None:
-            tried.add(lv)
-            continue
-        print(f"{run.where} c{lv}: start {len(more)} read {more[-1].result.sustained_output_tps:,.1f} tok/s "
-              f"(re-measured after a server restart: the plateau was undecided)")
-        failure = run.level_failure(more[-1])
-        if failure:
-            pytest.fail(failure, pytrace=False)
+    tried: set = set()
+    while v.outcome == "inconclusive" and remeasure_least_precise(
+            {run.name: run}, {run.name: judged}, [(run.name, lv) for lv in judged], tried,
+            f"the plateau was undecided ({'; '.join(v.unsure)[:300]})"):
         judged, v = judge()
     perf_session.recorder(run.profile).set_plateau(run.name, PlateauDoc(
         passed=v.passed, attributed_to=v.attributed_to, reference_level=v.reference_level, levels=list(v.levels_past),
