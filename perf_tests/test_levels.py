@@ -42,6 +42,9 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
         entries = {k: e for k, e in bf.entries(run.name, level).items() if not e.is_latency}
         if not entries:
             pytest.skip(f"{path} has no throughput entry for {run.name} c{level}")
+        outside = run.host_outside(bf)
+        if outside:  # measured and shown, neither passed nor failed: the baseline never measured this machine
+            pytest.skip(f"{run.where} c{level}: floor not judged: {outside} ({path})")
         def judge(starts, last=False):
             return [check_floor(starts, e, where=f"{run.where} c{level}", baseline_source=str(path),
                                 log_path=run.log_path, last=last,
@@ -71,6 +74,9 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             starts = more
             print(f"{run.where} c{level}: start {len(starts)} read {starts[-1].result.sustained_output_tps:,.1f} "
                   f"tok/s (re-measured after a server restart: {why[:200]})")
+            outside = run.host_outside(bf)
+            if outside:  # the restart's probe: the host's CPU changed under the run
+                pytest.skip(f"{run.where} c{level}: floor not judged after {len(starts)} starts: {outside} ({path})")
             verdicts = judge([x.result for x in clean(starts)])
         if any(v.outcome == "inconclusive" for v in verdicts):  # no more starts come: decided where it can be
             verdicts = judge([x.result for x in clean(starts)], last=True)
@@ -97,6 +103,9 @@ def test_latency_ceilings(perf_config, level, perf_level, request):
         failure = run.level_failure(m)
         if failure:
             pytest.fail(failure, pytrace=False)
+        outside = run.host_outside(bf)
+        if outside:
+            pytest.skip(f"{run.where} c{level}: latency ceilings not judged: {outside} ({path})")
         past = run.ceiling is not None and level > run.ceiling.effective
         verdicts = [check_ceiling(m.records, m.result, e, where=f"{run.where} c{level}", baseline_source=str(path),
                                   past_kv_ceiling=past,

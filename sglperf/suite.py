@@ -17,7 +17,7 @@ from filelock import FileLock, Timeout
 
 from .record import baselines, fleet, history
 from . import engines, profiles
-from .environment import fingerprint, gpu
+from .environment import fingerprint, gpu, host_speed
 from .environment.host import open_files_problem
 from .report import allure as report
 from . import launch as launcher
@@ -132,6 +132,11 @@ class ConfigRun:
 
     def baseline(self):
         return self.suite.baseline(self)
+
+    def host_outside(self, bf) -> str | None:
+        """Why this host is not one the baseline measured (its CPU speed outside the baseline's band), or None."""
+        then, now = bf.host_speed if bf else None, (self.fingerprint.get("host_speed") or {}).get("score")
+        return host_speed.outside(now, then.score, then.cv, then.runs) if then and now else None
 
     def replicate_note(self, level: int) -> str:
         """What an undecided verdict adds: how often the level was re-measured, or why it was not."""
@@ -314,6 +319,9 @@ class Suite:
             a.split("=", 1)[1] for a in template if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
         api_key = api_key_from_env() or (given[0] if given else None)
         rec = self.recorder(prof)
+        # the CPU's speed, before a server that runs on it starts (a remote server's host is not ours to probe)
+        speed = (host_speed.probe().as_dict() if not o.server_url
+                 and fingerprint.on_host_cpu(engine, template, dict(prof.server.env)) else None)
         if o.server_url:
             server = launcher.external(engines.check_url(o.server_url), name=cname)
             engine.reach(server.url, api_key)  # within seconds, in words: refused, silent, an error status
@@ -348,14 +356,14 @@ class Suite:
                     rec.add_problem(cname, e.report())
                 raise
         try:
-            return self._learn(prof, cname, engine, server, template, flags, lock, api_key)
+            return self._learn(prof, cname, engine, server, template, flags, lock, api_key, speed)
         except BaseException:
             server.stop()
             if lock is not None:
                 lock.release()
             raise
 
-    def _learn(self, prof, cname, engine, server, template, flags, lock, api_key) -> ConfigRun:
+    def _learn(self, prof, cname, engine, server, template, flags, lock, api_key, speed) -> ConfigRun:
         w = prof.workload
         conn = connect(server.url, engine, w.client_workload(self.opts.tokenizer), api=w.api,
                        prompt_format=w.prompt_format, api_key=api_key)
@@ -364,7 +372,7 @@ class Suite:
             raise UsageError(f"profile {prof.name}: [workload] vocab_low/vocab_high: {problem}; set vocab_high to "
                              f"at most {conn.vocab_size}")
         fp = fingerprint.collect(engine, conn.server_info, template, prof.model_path(self.opts.model_path),
-                                 server_env=dict(prof.server.env))
+                                 server_env=dict(prof.server.env), host_speed=speed)
         run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info,
                         engine.ceiling(conn.server_info, w.isl, w.osl), fp, lock)
         rec = self.recorder(prof)

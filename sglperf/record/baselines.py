@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..categories import UsageError
+from ..environment import host_speed
 from ..fileio import atomic_write_json, lock_for, read_json
 from ..records import GATED, METRICS
 from ..judge.noise import MIN_TOLERANCE, Noise, host_share, moderate, prior
@@ -89,6 +90,15 @@ class PooledNoise(BaseModel):
     method: str = "moderated variance (limma, Smyth 2004) of log values over the profile's levels"
 
 
+class HostSpeed(BaseModel):
+    """The CPU speed probe of the runs a baseline came from (environment/host_speed.py): geometric mean, the SD of
+    its log over the runs, and how many runs. Only for baselines of a server on the host's CPU."""
+    model_config = ConfigDict(extra="forbid")
+    score: float = Field(gt=0)
+    cv: float | None = Field(None, ge=0)
+    runs: int = Field(ge=1)
+
+
 class BaselineFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: int
@@ -103,6 +113,7 @@ class BaselineFile(BaseModel):
     # config -> the output canary's outputs on this hardware class (ids, else words), one per prompt, in order
     canary: dict[str, list[list[int | str]]] = {}
     canary_fingerprint: dict[str, dict] = {}  # config -> the fingerprint the canary outputs were taken with
+    host_speed: HostSpeed | None = None  # the CPU the runs measured, where the server runs on the host's CPU
 
     def entries(self, config: str, level: int) -> dict[str, Entry]:
         return dict(self.configs.get(config, {}).get(str(level), {}))
@@ -193,7 +204,21 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
               if c.canary is not None and c.canary.outcome in ("pass", "changed") and (not configs or cname in configs)}
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=run.profile, hardware_class=run.hardware_class,
                         isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out, canary=canary,
-                        canary_fingerprint={c: run.config_fingerprint(c) for c in canary})
+                        canary_fingerprint={c: run.config_fingerprint(c) for c in canary},
+                        host_speed=runs_host_speed([run]))
+
+
+def runs_host_speed(runs: list[RunDoc]) -> HostSpeed | None:
+    """The runs' CPU speed: per run the geometric mean of its config starts' probes; None where a run has none."""
+    per_run = []
+    for r in runs:
+        scores = [hs["score"] for c in r.configs if (hs := r.config_fingerprint(c).get("host_speed"))
+                  and hs.get("score")]
+        if not scores:
+            return None
+        per_run.append(host_speed.summarize(scores)[0])
+    score, cv = host_speed.summarize(per_run)
+    return HostSpeed(score=round(score, 4), cv=round(cv, 5) if cv is not None else None, runs=len(per_run))
 
 
 def canary_units(output: dict) -> list[int | str]:
@@ -351,9 +376,15 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             fingerprint=last.config_fingerprint(cname), note=note)}
         notes.append(f"{cname} c{lv}: mean {mean:,.1f}, {note}")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
+    speed = runs_host_speed(runs)
+    if speed is not None:
+        notes.append(f"host CPU speed probe: {speed.score:.3g}"
+                     + (f" ± {speed.cv:.1%} over {speed.runs} runs" if speed.cv is not None else " from 1 run")
+                     + f"; a host outside ±{host_speed.band(speed.cv, speed.runs):.0%} of it is not judged by "
+                       f"this baseline's floors and ceilings")
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
-                        configs=out, pooled=pooled), notes
+                        configs=out, pooled=pooled, host_speed=speed), notes
 
 
 def _by_host(labels: list[str], values: list[float]) -> dict[str, list[float]]:
@@ -376,5 +407,6 @@ def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
             configs.setdefault(c, {}).setdefault(lv, {}).update(metrics)
     pooled = [p for p in old.pooled if p.metric not in {q.metric for q in new.pooled}] + list(new.pooled)
     return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION,
+                                  "host_speed": new.host_speed or old.host_speed,
                                   "canary": {**old.canary, **new.canary},
                                   "canary_fingerprint": {**old.canary_fingerprint, **new.canary_fingerprint}})

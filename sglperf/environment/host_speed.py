@@ -1,0 +1,113 @@
+"""The host's CPU speed, measured: fixed pieces of C, interpreter and BLAS work, each timed best of several rounds,
+before a server that runs on this host's CPU starts.
+
+Why: a CPU-bound server (llama.cpp or SGLang on the CPU) is as fast as the host it runs on, and the CPU's model name
+does not say how fast that is: VMs of one "Intel(R) Xeon(R) Processor x 2" class read the same SGLang levels 10-30%
+apart (CI, 2026-12-01). A floor taken on one of them and judged on another would blame the server for the host. The
+baseline keeps the speed its runs measured (record/baselines.HostSpeed); a host outside that band is a machine the
+baseline never measured, and its floors are not judged there (said in words, never passed or failed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+ROUNDS = 8  # best of: a neighbour's burst costs a round or two, a slower CPU costs them all
+_PAUSE_S = 0.02  # between rounds: a slow spell of the VM's core (a few hundred ms) then spans fewer of them
+_LOOP = 400_000  # interpreter iterations per round (~20 ms on a 2020s x86 core)
+_N, _PRODUCTS = 192, 40  # float64 GEMM per round (~5-10 ms with the host's BLAS threads)
+_ZLIB_BYTES = 1_000_000  # zlib level 6 per round (~20-25 ms)
+
+
+@dataclass(frozen=True)
+class HostSpeedProbe:
+    python_mops: float  # million interpreter loop iterations per second, best round
+    blas_gflops: float  # float64 GEMM GFLOP/s with the BLAS library's own threads, best round
+    zlib_mbps: float  # zlib level-6 compression MB/s (one thread of C), best round
+
+    @property
+    def score(self) -> float:
+        """One number for the host: the geometric mean of the three rates (a ratio of scores is the geometric mean
+        of the three ratios)."""
+        return (self.python_mops * self.blas_gflops * self.zlib_mbps) ** (1 / 3)
+
+    def as_dict(self) -> dict:
+        return {"score": round(self.score, 4), "python_mops": round(self.python_mops, 4),
+                "blas_gflops": round(self.blas_gflops, 4), "zlib_mbps": round(self.zlib_mbps, 4),
+                "rounds": ROUNDS}
+
+
+def _best_seconds(work, rounds: int) -> float:
+    work()  # a cold interpreter, cache or BLAS thread pool is not the host's speed
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        work()
+        out.append(time.perf_counter() - t0)
+        time.sleep(_PAUSE_S)
+    return min(out)
+
+
+def _loop() -> int:
+    acc = 0
+    for i in range(_LOOP):
+        acc += i * i % 7
+    return acc
+
+
+def probe(rounds: int = ROUNDS) -> HostSpeedProbe:
+    """About 0.8 s on an idle host. zlib, then the interpreter, then BLAS last: BLAS threads spin a while after a
+    product, and on a VM whose two cores are one physical core's hyperthreads that spinning slowed what ran beside
+    it by 20-30% (2026-12-01)."""
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 64, _ZLIB_BYTES, dtype=np.uint8).tobytes()
+    a, b = rng.standard_normal((_N, _N)), rng.standard_normal((_N, _N))
+
+    def gemm():
+        for _ in range(_PRODUCTS):
+            a @ b
+
+    zlib_s = _best_seconds(lambda: zlib.compress(data, 6), rounds)
+    loop_s = _best_seconds(_loop, rounds)
+    gemm_s = _best_seconds(gemm, rounds)
+    return HostSpeedProbe(python_mops=_LOOP / loop_s / 1e6, blas_gflops=2 * _N**3 * _PRODUCTS / gemm_s / 1e9,
+                          zlib_mbps=_ZLIB_BYTES / zlib_s / 1e6)
+
+
+# A host is outside a baseline's band when its score differs from the calibration runs' by more than
+# max(MIN_BAND, Z x their spread x sqrt(1 + 1/runs)). Z = 3: a healthy rerun of a calibration host is called another
+# machine about 0.3% of the time. MIN_BAND: half the CPU profiles' smallest floor tolerance (10%): a host that much
+# slower leaves a floor half its margin, and one starting within it reads as healthy as the hosts calibrated.
+Z = 3.0
+MIN_BAND = 0.05
+
+
+def summarize(scores: list[float]) -> tuple[float, float | None]:
+    """(geometric mean, SD of the log scores), the SD None for fewer than two runs."""
+    logs = [math.log(s) for s in scores]
+    m = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1)) if len(logs) > 1 else None
+    return math.exp(m), sd
+
+
+def band(cv: float | None, runs: int) -> float:
+    return max(MIN_BAND, Z * cv * math.sqrt(1 + 1 / runs)) if cv is not None else MIN_BAND
+
+
+def outside(score: float, then: float, cv: float | None, runs: int) -> str | None:
+    """Why a host of `score` is not one the baseline measured (then ± its band), or None where it is."""
+    b = band(cv, runs)
+    ratio = score / then
+    if abs(math.log(ratio)) <= math.log1p(b):
+        return None
+    how = f"{1 - ratio:.0%} slower" if ratio < 1 else f"{ratio - 1:.0%} faster"
+    spread = f" ± {cv:.1%} over {runs} runs" if cv is not None else f" from {runs} run"
+    return (f"this host's CPU is {how} than on the runs the baseline was taken on (speed probe {score:.3g} against "
+            f"{then:.3g}{spread}; a host within ±{b:.0%} counts as the same machine): a server on this CPU is only "
+            f"as fast as the CPU, so a floor or ceiling taken there says nothing about the server here. Calibrate a "
+            f"baseline on this host (`sglperf baseline calibrate RUN_FILES...`), or run where it was taken")
