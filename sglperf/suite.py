@@ -134,9 +134,17 @@ class ConfigRun:
         return self.suite.baseline(self)
 
     def host_outside(self, bf) -> str | None:
-        """Why this host is not one the baseline measured (its CPU speed outside the baseline's band), or None."""
-        then, now = bf.host_speed if bf else None, (self.fingerprint.get("host_speed") or {}).get("score")
-        return host_speed.outside(now, then.score, then.cv, then.runs) if then and now else None
+        """Why this host is not one the baseline measured (its CPU speed outside the baseline's band, or a CPU
+        baseline that never probed it), or None. GPU and simulator classes: the class says the hardware."""
+        now = (self.fingerprint.get("host_speed") or {}).get("score")
+        if bf is None or not now:  # nothing to judge by, or a server that is not on this host's CPU
+            return None
+        if bf.host_speed is None:
+            return ("the baseline was taken before sglperf probed the host's CPU speed, and a CPU's model name does "
+                    "not say how fast the machine is (two VMs named Intel(R) Xeon(R) Processor x 2 read SGLang's "
+                    "levels 10-30% apart on 2026-12-01): a floor from it could blame the server for the host. "
+                    "Re-calibrate it on this host (`sglperf baseline calibrate RUN_FILES...`)")
+        return host_speed.outside(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
 
     def replicate_note(self, level: int) -> str:
         """What an undecided verdict adds: how often the level was re-measured, or why it was not."""

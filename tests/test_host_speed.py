@@ -21,10 +21,11 @@ from .rundocs import result, run_doc
 from .test_faults import ROOT
 
 
-def test_the_probe_measures_three_rates_and_scores_their_geometric_mean():
-    p = host_speed.probe()
+def test_the_probe_measures_three_rates_and_scores_the_two_of_c():
+    p = host_speed.probe(rounds=3)
     assert p.python_mops > 0 and p.blas_gflops > 0 and p.zlib_mbps > 0
-    assert p.score == pytest.approx((p.python_mops * p.blas_gflops * p.zlib_mbps) ** (1 / 3))
+    assert p.score == pytest.approx((p.blas_gflops * p.zlib_mbps) ** 0.5)
+    assert p.as_dict()["rounds"] == 3
 
 
 def test_a_host_inside_the_band_is_the_same_machine_and_one_outside_is_named_slower_or_faster():
@@ -59,7 +60,8 @@ def _suite(tmp_path, baseline, name):
 def test_a_real_llama_server_on_a_host_slower_than_its_baseline_has_its_floor_unjudged_not_failed(
         llama_ready, tmp_path):
     """The run's probe is in its fingerprint; a baseline taken on a CPU twice as fast (by its probe) skips the floor
-    and says why, while one taken on this CPU judges it (a floor of 1 tok/s: it passes)."""
+    and says why, one taken on this CPU judges it (a floor of 1 tok/s: it passes), one without a probe judges
+    nothing."""
     here = engines.get("llamacpp").hardware_class({}, ["llama-server"], [])
     entry = {"metric": "sustained_output_tps", "value": 2.0, "tolerance": 0.5, "runs": 3, "noise_cv": 0.05,
              "noise_df": 10, "taken_at": "2026-12-01", "source": "test", "sglperf_version": "0"}
@@ -70,7 +72,7 @@ def test_a_real_llama_server_on_a_host_slower_than_its_baseline_has_its_floor_un
         path.write_text(json.dumps({"schema_version": baselines.SCHEMA_VERSION, "profile": "cpu-llamacpp",
                                     "hardware_class": here, "isl": 32, "osl": 32,
                                     "configs": {"p4": {"2": {"sustained_output_tps": entry}}},
-                                    "host_speed": {"score": then, "cv": cv, "runs": 5}}))
+                                    **({"host_speed": {"score": then, "cv": cv, "runs": 5}} if then else {})}))
         return path
 
     p, out, run = _suite(tmp_path, baseline("fast", 2 * score), "fast")
@@ -81,6 +83,10 @@ def test_a_real_llama_server_on_a_host_slower_than_its_baseline_has_its_floor_un
     # rate bimodal): a calibration spread of 8% over 5 runs widens the band to ±26%
     p, out, _ = _suite(tmp_path, baseline("same", score, cv=0.08), "same")
     assert p.returncode == 0 and "1 passed" in out, out[-3000:]
+    # a CPU baseline from before the probe: which machine it holds on is unknown, so it judges none
+    p, out, _ = _suite(tmp_path, baseline("legacy", None), "legacy")
+    assert p.returncode == 0 and "1 skipped" in out and "taken before sglperf probed the host's CPU speed" in out, \
+        out[-3000:]
 
 
 def test_calibrate_keeps_the_runs_speed_and_its_spread_and_show_prints_the_band(tmp_path):
@@ -110,3 +116,19 @@ def test_runs_without_a_probe_make_a_baseline_without_a_speed_and_it_judges_ever
     bf, _ = baselines.calibrate([run_doc(f"r{i}", {8: result(8, value=v)}) for i, v in enumerate([1000.0, 1010.0])],
                                 isl=32, osl=32)
     assert bf.host_speed is None
+
+
+def test_a_changed_cpu_is_named_next_to_a_simulator_verdict_and_once_for_a_cpu_server():
+    """The simulator's class is machine-independent, so its verdicts name the CPU apart (issue 25: an AMD EPYC
+    baseline judged on an Intel Xeon named only the kernel); a CPU server's class already is its CPU."""
+    from sglperf.environment.fingerprint import describe_diff
+
+    amd = {"hardware_class": "sim:ci", "cpu": "AMD EPYC 9B14", "cpu_count": 2, "kernel": "6.18.44-fc-v857"}
+    intel = {**amd, "cpu": "Intel(R) Xeon(R) Processor", "kernel": "6.18.44-fc-v669"}
+    assert describe_diff(amd, intel) == ("environment changed since the baseline: cpu AMD EPYC 9B14 → Intel(R) "
+                                         "Xeon(R) Processor, kernel 6.18.44-fc-v857 → 6.18.44-fc-v669")
+    cpu_amd = {**amd, "hardware_class": "cpu:AMD EPYC 9B14 x 2"}
+    cpu_intel = {**intel, "hardware_class": "cpu:Intel(R) Xeon(R) Processor x 2"}
+    assert describe_diff(cpu_amd, cpu_intel).startswith(
+        "environment changed since the baseline: hardware_class cpu:AMD EPYC 9B14 x 2 → cpu:Intel(R) Xeon(R) "
+        "Processor x 2, kernel")

@@ -104,10 +104,11 @@ def test_a_floor_failure_names_what_changed_in_the_environment(tmp_path):
     for lvls in base["configs"].values():
         for metrics in lvls.values():
             for e in metrics.values():
-                e["fingerprint"].update(driver="575.51", flashinfer="0.7.1")
+                e["fingerprint"].update(driver="575.51", flashinfer="0.7.1", cpu="Some CPU", cpu_count=2)
     bfile = tmp_path / "baseline.json"
     bfile.write_text(json.dumps(base))
-    env_override = json.dumps({"driver": "580.65", "flashinfer": "0.7.2"})
+    # the CPU held equal: on another CPU kind than the baseline's it would be named too, first
+    env_override = json.dumps({"driver": "580.65", "flashinfer": "0.7.2", "cpu": "Some CPU", "cpu_count": 2})
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--levels", "8", "--perf-config",
            "rr24-cds4", "--server-arg=--slowdown=0.85", "--baseline-file", str(bfile),
            "--reports-dir", str(tmp_path / "reports")]

@@ -158,7 +158,7 @@ def host_id(gpu_rows: list[dict]) -> str | None:
 
 
 # Fields whose change is worth naming next to a regression, in the order a reader cares about.
-MATTERS = ("hardware_class", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch", "nccl", "transformers",
+MATTERS = ("hardware_class", "cpu", "cpu_count", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch", "nccl", "transformers",
            "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
            "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python")
 
@@ -172,6 +172,8 @@ def describe_diff(old: dict, new: dict) -> str:
     d = diff(old, new)
     if any(k == "server_args" for k, _, _ in d):  # the arguments themselves say more than their hash
         d = [x for x in d if x[0] != "server_args_hash"]
+    if any(k == "hardware_class" and str(a).startswith("cpu:") for k, a, _ in d):  # its CPU and cores: named once
+        d = [x for x in d if x[0] not in ("cpu", "cpu_count")]
     if not d:
         return ""
     return "environment changed since the baseline: " + ", ".join(
