@@ -163,6 +163,10 @@ class ConfigRun:
         profile's replicates or the run's budget allow no more."""
         return self.suite.replicate(self, level, why)
 
+    def replicate_levels(self, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
+        """All of `levels` measured on one more server start, or None where no more is allowed."""
+        return self.suite.replicate_levels(self, levels, why)
+
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
         r = m.result
@@ -341,6 +345,7 @@ class Suite:
             lock, template, flags = None, [], None
         else:
             flags = engine.check_flags(template)
+            self._close_others((pname, cname))
             lock = self._gpu_lock()
             try:
                 lock.acquire(timeout=o.gpu_lock_timeout)
@@ -427,6 +432,15 @@ class Suite:
             outcome=run.canary_verdict.outcome, problems=list(run.canary_verdict.problems)))
         return True
 
+    def _close_others(self, keep: tuple[str, str]) -> None:
+        """Configs never run side by side (they share the GPUs, or the CPU, and the GPU-set lock): another config's
+        server still up is stopped before one starts. Where the A/B re-measures a config whose tests are done, the
+        config whose tests ran last is still up, and its lock made the restart wait (cpu-sglang: 11 min, stopped by
+        hand; --gpu-lock-timeout is 2 h)."""
+        for key, other in list(self.runs.items()):
+            if key != keep and other.server.teardown is None:
+                self.close_config(other)
+
     def close_config(self, run: ConfigRun) -> None:
         try:
             rep = run.server.stop()
@@ -469,6 +483,37 @@ class Suite:
         self.recorder(run.profile).add_replicate(run.name, level, meas.result, meas.records, meas.server_samples,
                                                  meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"], why)
         return [first, *have]
+
+    def replicate_levels(self, run: ConfigRun, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
+        """One more server start that measures all of `levels` (recorded as their replicates): what a comparison
+        between levels re-measures, so that it compares levels of one start, where what differs between starts
+        cancels. None where the profile's replicates or the run's budget allow no more."""
+        m = run.profile.measurement
+        keys = [(run.profile.name, run.name, lv) for lv in levels]
+        if self.opts.server_url or any(1 + len(self.replicates.get(k, [])) >= m.replicates for k in keys):
+            return None
+        firsts = [self.measure(run, lv) for lv in levels]
+        spent = self.replicate_spent.get(run.profile.name, 0.0)
+        cost = sum(f.result.duration_s for f in firsts) + self.launch_s.get(keys[0][:2], 0.0)
+        if spent + cost > m.replicate_budget_s:
+            left = m.replicate_budget_s - spent
+            for k in keys:
+                self.replicate_refused[k] = (f"a start measuring c{', c'.join(map(str, levels))} would take ~{cost:.0f} s "
+                                             f"and the run has {left:.0f} s of its replicate budget "
+                                             f"({m.replicate_budget_s:g} s) left")
+            return None
+        t0 = time.monotonic()
+        self.restart(run)
+        out = {}
+        for k, lv in zip(keys, levels):
+            meas = self._measure(run, lv)
+            self.replicates.setdefault(k, []).append(meas)
+            self.recorder(run.profile).add_replicate(run.name, lv, meas.result, meas.records, meas.server_samples,
+                                                     meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"],
+                                                     why)
+            out[lv] = meas
+        self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
+        return out
 
     # ------------------------------------------------------------------ levels
     def measure(self, run: ConfigRun, level: int) -> LevelMeasurement:
@@ -550,6 +595,12 @@ class Suite:
         """Close every run file, append history, write the Allure side files and candidates. Each writer runs even
         when another failed; failures are collected in `late_problems`."""
         interrupted = interrupted or self.interrupted
+        for run in self.runs.values():  # a server restarted after its config's tests ended (an A/B re-measure)
+            if run.server.teardown is None:
+                try:
+                    self.close_config(run)
+                except (OSError, InfraError) as e:
+                    self.late_problems.append(f"{type(e).__name__}: {e}")
         for rec in self.recorders.values():
             self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
             if rec.canary_failed():  # fast but wrong: shown in the run file, never history or a baseline

@@ -53,6 +53,22 @@ def test_a_failure_after_launch_stops_the_server_and_frees_the_gpu_lock(tmp_path
     lock.release()
 
 
+def test_a_config_started_again_after_another_opened_stops_that_one_instead_of_waiting_on_its_lock(tmp_path):
+    """The A/B re-measures the base config after the tuned config's tests, while the tuned server still holds the
+    GPU-set lock: the tuned server is stopped first (configs never run side by side), and whatever was started
+    after its tests ended is stopped when the run finishes."""
+    suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", profiles=("sim-ci",), levels=(8,),
+                               gpu_lock_timeout=5))
+    base = suite.open_config("sim-ci", "rr24-cds4")
+    tuned = suite.open_config("sim-ci", "rr64-cds8")
+    assert base.server.teardown is not None and tuned.server.teardown is None
+    suite.restart(base)  # would wait 5 s on the lock, then fail
+    assert tuned.server.teardown is not None and base.server.teardown is None and base.starts == 2
+    pid = base.server.pid
+    suite.finish(interrupted=False)
+    assert base.server.teardown is not None and group_members(pid) == [] and not suite.late_problems
+
+
 def test_a_failure_during_launch_frees_the_gpu_lock(tmp_path):
     suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", profiles=("sim-ci",),
                                server_args=("--no-such-flag",)))
