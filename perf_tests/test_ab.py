@@ -7,7 +7,7 @@ from fixtures.plugin import allure_on, outcome, remeasure_least_precise, settle
 from sglperf.report import allure as report
 from sglperf.categories import INVALID
 from sglperf.record.recorder import ABDoc
-from sglperf.judge.verdict import check_ab, judged_start
+from sglperf.judge.verdict import check_ab, judged_start, starts_judged
 
 
 def test_config_ab(perf_profile, perf_session, request):
@@ -39,21 +39,19 @@ def test_config_ab(perf_profile, perf_session, request):
         noise = {c: base.noise(c, levels) for c in (prof.ab.base, prof.ab.tuned)}
     # a level re-measured after restarts is compared as its floor judged it: the mean of its starts, less an outlier
     def judge():
-        judged = {c: {lv: judged_start(starts, noise[c].get(lv))
-                      for lv, starts in perf_session.starts(prof.name, c).items()} for c in runs}
+        starts = {c: perf_session.starts(prof.name, c) for c in runs}
+        judged = {c: {lv: judged_start(s, noise[c].get(lv)) for lv, s in starts[c].items()} for c in runs}
+        counts = {c: {lv: starts_judged(s, noise[c].get(lv)) for lv, s in starts[c].items()} for c in runs}
         return judged, check_ab(judged[prof.ab.base], judged[prof.ab.tuned], base.ceiling, tuned.ceiling,
                                 margin=prof.measurement.ab_margin, base_noise=noise[prof.ab.base],
-                                tuned_noise=noise[prof.ab.tuned])
+                                tuned_noise=noise[prof.ab.tuned], base_starts=counts[prof.ab.base],
+                                tuned_starts=counts[prof.ab.tuned])
 
     judged, v = judge()
     # undecided (and nothing failed): the least precise level of the undecided claims is measured again after a
     # restart of its config, while the profile allows (llama.cpp on 2 cores read a c8 at ±60-270%)
-    def wanted():  # the levels its undecided claims name; the pooled gain past the base's ceiling names them all
-        named = {int(u[1:u.index(":")].rstrip("+")) for u in v.unsure if u.startswith("c")}
-        lvs = {lv for lv in judged[prof.ab.base] if lv in named}
-        if any("+:" in u for u in v.unsure):
-            lvs |= {lv for lv in judged[prof.ab.base] if lv > base.ceiling.effective}
-        return [(c, lv) for c in runs for lv in lvs]
+    def wanted():  # the levels its undecided claims rest on, in both configs
+        return [(c, lv) for c in runs for lv in v.undecided_levels]
 
     tried: set = set()
     while v.unsure and not v.problems and remeasure_least_precise(

@@ -178,3 +178,28 @@ def test_a_level_too_imprecise_to_test_the_band_is_set_aside_only_while_it_leans
     assert v.outcome == "inconclusive" and "but so is the reference c16's" in v.message, v.message
     collapsed = {**ci_run, 32: lr(32, 300.0, ci=120.0, running=8, queued=23.6)}  # -69.5% ± 40%
     assert check_plateau(collapsed, c, band=0.15).outcome == "violated"
+
+
+def test_the_ab_between_start_noise_shrinks_with_the_starts_each_value_is_the_mean_of():
+    """Three starts of each config average their between-start noise as the floor's do (the host's part stays):
+    -3.7% at p16 c8 on an H200 was undecided over 3 starts while each config's mean was known to ±1.7%."""
+    c1, c2 = predict_ceiling(3072, 16, 32, 32, 16), predict_ceiling(3072, 16, 32, 32, 32)
+    noise = {8: Noise(0.04, 30, within=0.01)}
+    base, tuned = {8: lr(8, 1000, ci=10)}, {8: lr(8, 963, ci=10)}
+    one = check_ab(base, tuned, c1, c2, margin=0.10, base_noise=noise, tuned_noise=noise)
+    assert one.outcome == "inconclusive" and one.undecided_levels == (8,)
+    three = check_ab(base, tuned, c1, c2, margin=0.10, base_noise=noise, tuned_noise=noise, base_starts={8: 3},
+                     tuned_starts={8: 3})
+    assert three.outcome == "pass", three.lines
+    hosted = {8: Noise(0.04, 30, within=0.01, host=0.035, hosts=5)}
+    assert check_ab(base, tuned, c1, c2, margin=0.10, base_noise=hosted, tuned_noise=hosted, base_starts={8: 3},
+                    tuned_starts={8: 3}).outcome == "inconclusive", "a host's part does not average away"
+
+
+def test_an_undecided_pooled_gain_names_every_level_it_rests_on():
+    c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
+    noise = {lv: Noise(0.06, 20) for lv in (2, 8, 16)}
+    base = {lv: lr(lv, 550, ci=13) for lv in (2, 8, 16)}
+    tuned = {2: lr(2, 560, ci=13), 8: lr(8, 580, ci=25), 16: lr(16, 570, ci=29)}
+    v = check_ab(base, tuned, c1, c2, margin=0.4, base_noise=noise, tuned_noise=noise)
+    assert v.outcome == "inconclusive" and v.undecided_levels == (8, 16), v.unsure

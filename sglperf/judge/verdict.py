@@ -185,14 +185,22 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
                         () if aside is None else (aside,))
 
 
+def _judged_starts(levels: list[LevelResult], noise=None) -> list[LevelResult]:
+    kept = [r for r in levels if not r.disturbances] or list(levels)
+    aside, _ = outlier_start(kept, "sustained_output_tps", noise)
+    return kept[:aside] + kept[aside + 1:] if aside is not None else kept
+
+
+def starts_judged(levels: list[LevelResult], noise=None) -> int:
+    """How many of a level's server starts `judged_start` averages."""
+    return len(_judged_starts(levels, noise))
+
+
 def judged_start(levels: list[LevelResult], noise=None) -> LevelResult:
     """A level's sustained throughput over its server starts as the floor judged it (undisturbed starts where there
     are any, less an outlier start, their mean and interval), in the first start's record: what the A/B compares,
     so that it never decides on a start the floor set aside."""
-    kept = [r for r in levels if not r.disturbances] or list(levels)
-    aside, _ = outlier_start(kept, "sustained_output_tps", noise)
-    if aside is not None:
-        kept = kept[:aside] + kept[aside + 1:]
+    kept = _judged_starts(levels, noise)
     if len(kept) == 1:
         return kept[0]
     value, ci = combined(kept, "sustained_output_tps", noise)
@@ -426,6 +434,7 @@ class ABVerdict:
     problems: tuple[str, ...]
     gains: dict[int, float]
     unsure: tuple[str, ...] = ()  # levels whose difference's interval straddles what the A/B asks
+    undecided_levels: tuple[int, ...] = ()  # the levels those claims rest on (a pooled claim: all its levels)
 
     @property
     def outcome(self) -> str:
@@ -438,18 +447,27 @@ class ABVerdict:
         return f"{REGRESSION} (A/B): {where}:\n" + "\n".join(self.lines) + "\n" + "; ".join(self.problems)
 
 
-def _ab_noise(b: LevelResult, t: LevelResult, bn, tn) -> tuple[float, float]:
+def _between(noise, starts: int) -> float:
+    """The between-start SD of a mean over `starts` starts on one host: the host's part stays, the rest averages."""
+    if noise is None:
+        return 0.0
+    host = min(noise.host, noise.between)
+    return math.sqrt(host ** 2 + (noise.between ** 2 - host ** 2) / max(starts, 1))
+
+
+def _ab_noise(b: LevelResult, t: LevelResult, bn, tn, kb: int = 1, kt: int = 1) -> tuple[float, float]:
     """(within-run, between-start) relative SDs of log(tuned / base) at one level: the two levels' own intervals,
-    and the two servers' start-to-start noise where a baseline measured it (judge/noise.py)."""
+    and the two servers' start-to-start noise where a baseline measured it (judge/noise.py), for the `kb` and `kt`
+    starts each level's value is the mean of."""
     within = math.hypot((b.sustained_output_tps_ci95 or 0) / b.sustained_output_tps,
                         (t.sustained_output_tps_ci95 or 0) / t.sustained_output_tps) / 1.96
-    between = math.hypot(bn.between if bn else 0.0, tn.between if tn else 0.0)
-    return within, between
+    return within, math.hypot(_between(bn, kb), _between(tn, kt))
 
 
 def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_ceiling: Ceiling,
              tuned_ceiling: Ceiling, *, margin: float, base_noise: dict | None = None,
-             tuned_noise: dict | None = None, confidence: float = 0.95) -> ABVerdict:
+             tuned_noise: dict | None = None, confidence: float = 0.95, base_starts: dict | None = None,
+             tuned_starts: dict | None = None) -> ABVerdict:
     """Where no gain is expected, the tuned config is not worse than the base by more than `margin`: a
     non-inferiority test (one-sided, `confidence`) on log(tuned / base) whose noise is both levels' own intervals
     and, where a baseline calibrated it, the two servers' between-start noise (two servers started one after the
@@ -459,18 +477,21 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
     Where the tuned config's ceiling is higher, it gains past the base's ceiling: one claim, decided over those
     levels together (their mean gain; the within-run parts averaged as independent, the between-start parts fully
     correlated: one start moves all its levels alike). A level whose own upper bound is at or below zero is a
-    problem too."""
+    problem too. `base_starts`/`tuned_starts`: level -> how many server starts its value is the mean of (one where
+    missing); the between-start part shrinks with them as the floor's does."""
     z = float(stats.norm.ppf(confidence))
-    lines, problems, gains, unsure = [], [], {}, []
-    pooled: list[tuple[float, float, float]] = []
+    lines, problems, gains, unsure, undecided = [], [], {}, [], []
+    pooled: list[tuple[float, float, float, int]] = []
     base_noise, tuned_noise = base_noise or {}, tuned_noise or {}
+    base_starts, tuned_starts = base_starts or {}, tuned_starts or {}
     for lv in sorted(set(base) & set(tuned)):
         b, t = base[lv], tuned[lv]
         if not b.sustained_output_tps or not t.sustained_output_tps:
             problems.append(f"c{lv}: missing sustained throughput")
             continue
         gain = math.log(t.sustained_output_tps / b.sustained_output_tps)
-        within, between = _ab_noise(b, t, base_noise.get(lv), tuned_noise.get(lv))
+        within, between = _ab_noise(b, t, base_noise.get(lv), tuned_noise.get(lv), base_starts.get(lv, 1),
+                                    tuned_starts.get(lv, 1))
         sd = math.hypot(within, between)
         gains[lv] = math.expm1(gain)
         expect_gain = lv > base_ceiling.effective and tuned_ceiling.effective > base_ceiling.effective
@@ -484,15 +505,16 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
         elif not expect_gain and lo < -margin:
             unsure.append(f"c{lv}: tuned is {math.expm1(gain):+.1%} vs base (down to {lo:+.1%}): cannot tell "
                           f"whether it is within the {margin:.0%} allowed")
+            undecided.append(lv)
         if expect_gain and hi <= 0:
             problems.append(f"c{lv}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "
                             f"{tuned_ceiling.effective}) but got {math.expm1(gain):+.1%} (at most {hi:+.1%})")
         elif expect_gain:
-            pooled.append((gain, within, between))
+            pooled.append((gain, within, between, lv))
     if pooled:
         k = len(pooled)
-        mean = sum(g for g, _, _ in pooled) / k
-        sd = math.hypot(math.sqrt(sum(w * w for _, w, _ in pooled)) / k, sum(r for _, _, r in pooled) / k)
+        mean = sum(g for g, _, _, _ in pooled) / k
+        sd = math.hypot(math.sqrt(sum(w * w for _, w, _, _ in pooled)) / k, sum(r for _, _, r, _ in pooled) / k)
         where = f"c{min(lv for lv in gains if lv > base_ceiling.effective)}+"
         lo, hi = math.expm1(mean - z * sd), math.expm1(mean + z * sd)
         lines.append(f"  expected gain past the base's ceiling ({where}, {k} level{'s' if k > 1 else ''}): "
@@ -505,4 +527,6 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
             unsure.append(f"{where}: a gain is expected (base plateaus at {base_ceiling.effective}, tuned at "
                           f"{tuned_ceiling.effective}); {math.expm1(mean):+.1%} ({lo:+.1%} .. {hi:+.1%}) over {k} "
                           f"levels does not decide it")
-    return ABVerdict(not problems and not unsure, tuple(lines), tuple(problems), gains, tuple(unsure))
+            undecided += [lv for _, _, _, lv in pooled]
+    return ABVerdict(not problems and not unsure, tuple(lines), tuple(problems), gains, tuple(unsure),
+                     tuple(sorted(set(undecided))))
