@@ -498,8 +498,8 @@ class Suite:
         if spent + cost > m.replicate_budget_s:
             left = m.replicate_budget_s - spent
             for k in keys:
-                self.replicate_refused[k] = (f"a start measuring c{', c'.join(map(str, levels))} would take ~{cost:.0f} s "
-                                             f"and the run has {left:.0f} s of its replicate budget "
+                self.replicate_refused[k] = (f"a start measuring c{', c'.join(map(str, levels))} would take "
+                                             f"~{cost:.0f} s and the run has {left:.0f} s of its replicate budget "
                                              f"({m.replicate_budget_s:g} s) left")
             return None
         t0 = time.monotonic()

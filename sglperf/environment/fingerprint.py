@@ -158,7 +158,8 @@ def host_id(gpu_rows: list[dict]) -> str | None:
 
 
 # Fields whose change is worth naming next to a regression, in the order a reader cares about.
-MATTERS = ("hardware_class", "cpu", "cpu_count", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch", "nccl", "transformers",
+MATTERS = ("hardware_class", "cpu", "cpu_count", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch",
+           "nccl", "transformers",
            "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
            "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python")
 

@@ -84,10 +84,14 @@ def probe(rounds: int = ROUNDS) -> HostSpeedProbe:
 
 # A host is outside a baseline's band when its score differs from the calibration runs' by more than
 # max(MIN_BAND, Z x their spread x sqrt(1 + 1/runs)). Z = 3: a healthy rerun of a calibration host is called another
-# machine about 0.3% of the time. MIN_BAND: half the CPU profiles' smallest floor tolerance (10%): a host that much
-# slower leaves a floor half its margin, and one starting within it reads as healthy as the hosts calibrated.
+# machine about 0.3% of the time. The spread is the runs' SD moderated by a prior (PRIOR_SD with PRIOR_DF degrees of
+# freedom), because two or three runs say little of it: one idle AMD EPYC VM probed with an SD of 2.6-3.1% within
+# minutes and two sets' means 5% apart ten minutes later (2026-12-01), so 4%; a baseline from 2 runs whose probes
+# happened to agree to 1.7% gave a ±6% band, and the next run on that same VM read 6% slower and was called another
+# machine. MIN_BAND: half the CPU profiles' smallest floor tolerance (10%).
 Z = 3.0
 MIN_BAND = 0.05
+PRIOR_SD, PRIOR_DF = 0.04, 4.0
 
 
 def summarize(scores: list[float]) -> tuple[float, float | None]:
@@ -99,7 +103,10 @@ def summarize(scores: list[float]) -> tuple[float, float | None]:
 
 
 def band(cv: float | None, runs: int) -> float:
-    return max(MIN_BAND, Z * cv * math.sqrt(1 + 1 / runs)) if cv is not None else MIN_BAND
+    """The half-width of the band, relative, around a baseline's probe from `runs` runs of spread `cv`."""
+    df = max(runs - 1, 0) if cv is not None else 0
+    sd = math.sqrt((PRIOR_DF * PRIOR_SD ** 2 + df * (cv or 0.0) ** 2) / (PRIOR_DF + df))
+    return max(MIN_BAND, Z * sd * math.sqrt(1 + 1 / runs))
 
 
 def outside(score: float, then: float, cv: float | None, runs: int) -> str | None:
