@@ -462,27 +462,9 @@ class Suite:
         self.runs[(run.profile.name, run.name)] = run
 
     def replicate(self, run: ConfigRun, level: int, why: str) -> list[LevelMeasurement] | None:
-        m = run.profile.measurement
-        key = (run.profile.name, run.name, level)
-        have = self.replicates.setdefault(key, [])
-        first = self.measure(run, level)
-        if self.opts.server_url or 1 + len(have) >= m.replicates:
+        if self.replicate_levels(run, [level], why) is None:
             return None
-        spent = self.replicate_spent.get(run.profile.name, 0.0)
-        cost = first.result.duration_s + self.launch_s.get(key[:2], 0.0)
-        if spent + cost > m.replicate_budget_s:
-            left = m.replicate_budget_s - spent
-            self.replicate_refused[key] = (f"a replicate would take ~{cost:.0f} s and the run has {left:.0f} s of "
-                                           f"its replicate budget ({m.replicate_budget_s:g} s) left")
-            return None
-        t0 = time.monotonic()
-        self.restart(run)
-        meas = self._measure(run, level)
-        self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
-        have.append(meas)
-        self.recorder(run.profile).add_replicate(run.name, level, meas.result, meas.records, meas.server_samples,
-                                                 meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"], why)
-        return [first, *have]
+        return [self.measure(run, level), *self.replicates[(run.profile.name, run.name, level)]]
 
     def replicate_levels(self, run: ConfigRun, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
         """One more server start that measures all of `levels` (recorded as their replicates): what a comparison
@@ -498,7 +480,7 @@ class Suite:
         if spent + cost > m.replicate_budget_s:
             left = m.replicate_budget_s - spent
             for k in keys:
-                self.replicate_refused[k] = (f"a start measuring c{', c'.join(map(str, levels))} would take "
+                self.replicate_refused[k] = (f"a replicate of c{', c'.join(map(str, levels))} would take "
                                              f"~{cost:.0f} s and the run has {left:.0f} s of its replicate budget "
                                              f"({m.replicate_budget_s:g} s) left")
             return None
