@@ -167,6 +167,15 @@ class ConfigRun:
         """All of `levels` measured on one more server start, or None where no more is allowed."""
         return self.suite.replicate_levels(self, levels, why)
 
+    def over_starts(self, levels: list[int]) -> dict[int, LevelResult] | None:
+        """`levels` over all their server starts with the baseline's between-start noise (verdict.over_starts),
+        or None where the baseline calibrated none or this host is not one it measured."""
+        bf, _ = self.baseline()
+        if bf is None or self.host_outside(bf):
+            return None
+        starts = self.suite.starts(self.profile.name, self.name)
+        return verdict.over_starts({lv: starts[lv] for lv in levels if lv in starts}, self.noise(self.name, levels))
+
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
         r = m.result

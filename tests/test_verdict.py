@@ -203,3 +203,22 @@ def test_an_undecided_pooled_gain_names_every_level_it_rests_on():
     tuned = {2: lr(2, 560, ci=13), 8: lr(8, 580, ci=25), 16: lr(16, 570, ci=29)}
     v = check_ab(base, tuned, c1, c2, margin=0.4, base_noise=noise, tuned_noise=noise)
     assert v.outcome == "inconclusive" and v.undecided_levels == (8, 16), v.unsure
+
+
+def test_a_plateau_undecided_on_one_start_is_judged_over_all_starts_with_the_between_start_noise():
+    # an H200 run (llama.cpp, 32 slots): c64's first start ran in two regimes inside its window, 2,088 ± 926; the
+    # floors had measured c64 and c128 again on other starts
+    from sglperf.judge.verdict import over_starts
+    c = predict_ceiling(128 * 64, 64, 32, 32, 32)
+    starts = {64: [lr(64, 2087.7, ci=926.3, running=32, queued=29), lr(64, 2412.0, ci=46.7, running=32, queued=29)],
+              128: [lr(128, 2340.5, ci=63.8, running=32, queued=92), lr(128, 2301.3, ci=40.0, running=32, queued=92)]}
+    assert check_plateau({lv: s[0] for lv, s in starts.items()}, c, band=0.15).outcome == "inconclusive"
+    noise = {64: Noise(cv=0.034, df=20, within=0.015), 128: Noise(cv=0.025, df=20, within=0.01)}
+    over = over_starts(starts, noise)
+    one = check_plateau(over, c, band=0.15)
+    assert one.outcome == "pass"
+    # the between-start noise is in the intervals: wider than the starts' own intervals alone say
+    assert over[128].sustained_output_tps_ci95 > (63.8 ** 2 + 40.0 ** 2) ** 0.5 / 2
+    # without a calibrated between-start noise, or with nothing measured twice, starts are not mixed
+    assert over_starts(starts, {64: noise[64]}) is None
+    assert over_starts({lv: s[:1] for lv, s in starts.items()}, noise) is None

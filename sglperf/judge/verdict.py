@@ -207,6 +207,30 @@ def judged_start(levels: list[LevelResult], noise=None) -> LevelResult:
     return replace(kept[0], sustained_output_tps=value, sustained_output_tps_ci95=ci)
 
 
+def over_starts(starts: dict[int, list[LevelResult]], noise: dict) -> dict[int, LevelResult] | None:
+    """Each level over all its server starts, as the floor judged them, its interval widened by the baseline's
+    between-start noise over those starts: what a plateau compares when the levels of one start leave it undecided
+    and no start measuring them together is allowed. Levels of different starts differ by what differs between
+    starts, so the comparison is honest only with that noise in it: None where the baseline calibrated none for a
+    level (a plateau mixing starts without it read +43% on SGLang on 2 AMD EPYC cores), or where no level has a
+    second start. An H200 run read p32 c64 at 2,088 ± 926 on its first start (two regimes inside the window) and
+    2,412 ± 47 on its second."""
+    if not any(len(v) > 1 for v in starts.values()):
+        return None
+    out = {}
+    for lv, levels in starts.items():
+        n = noise.get(lv)
+        if n is None:
+            return None
+        r = judged_start(levels, n)
+        k, value = starts_judged(levels, n), r.sustained_output_tps
+        if value is None or r.sustained_output_tps_ci95 is None:
+            return None
+        between = float(stats.t.ppf(0.975, max(n.df, 1.0))) * n.between * value / math.sqrt(k)
+        out[lv] = replace(r, sustained_output_tps_ci95=math.hypot(r.sustained_output_tps_ci95, between))
+    return out
+
+
 def another_start(v: FloorVerdict, starts: int, entry: Entry, replicates: int, *, disturbed: bool = False) -> bool:
     """Whether a floor needs one more server start, where the profile's `replicates` allow it (the suite stops
     sooner when its budget is spent). Undecided: yes. A regression stands only over all the starts allowed: one
@@ -347,7 +371,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     inner half it is set aside as consistent with the plateau and named, and the server's saturation and attribution
     still decide; leaning out of the band, or with a reference as imprecise, it stays undecided. Run-to-run CVs from
     a baseline do not widen it: the levels compared come from one server start, and what differs between starts
-    moves all of them together, so it cancels in their ratio (unlike the A/B's)."""
+    moves all of them together, so it cancels in their ratio (unlike the A/B's; where one
+    start cannot decide and levels of several starts are compared, over_starts puts that noise in)."""
     levels = sorted(results)
     past = [lv for lv in levels if lv >= ceiling.effective]
     lines, problems, unsure = [], [], []
