@@ -163,6 +163,10 @@ class ConfigRun:
         profile's replicates or the run's budget allow no more."""
         return self.suite.replicate(self, level, why)
 
+    def level_starts(self, level: int) -> list[LevelMeasurement]:
+        """The level's measurements so far: its first start, then the replicates other tests asked for."""
+        return [self.suite.measure(self, level), *self.suite.replicates.get((self.profile.name, self.name, level), [])]
+
     def replicate_levels(self, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
         """All of `levels` measured on one more server start, or None where no more is allowed."""
         return self.suite.replicate_levels(self, levels, why)

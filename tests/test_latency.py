@@ -190,3 +190,16 @@ def test_the_simulators_prefill_slowdown_slows_prefill_only():
     for (kind, a), (_, b) in zip(base, slow):
         assert b == pytest.approx(a * 1.5 if kind == "prefill" else a, rel=0.3 if kind == "prefill" else 1e-9)
     assert any(k == "prefill" for k, _ in base)
+
+
+def test_a_latency_ceiling_failed_on_one_start_is_decided_by_the_majority_of_the_starts_allowed():
+    from sglperf.judge.latency import over_starts
+    assert over_starts(["pass"], 3) == "pass"
+    assert over_starts(["regression"], 3) is None, "one start in another mode: measured again"
+    assert over_starts(["regression", "pass"], 3) is None
+    assert over_starts(["regression", "pass", "pass"], 3) == "pass"
+    assert over_starts(["regression", "regression"], 3) == "regression", "a slower prefill slows every start"
+    assert over_starts(["regression"], 1) == "regression", "no re-measure allowed: the start's verdict stands"
+    assert over_starts(["regression", "pass"], 2) == "inconclusive"
+    assert over_starts(["inconclusive", "regression", "inconclusive"], 3) == "regression"
+    assert over_starts(["inconclusive", "pass", "inconclusive"], 3) == "pass"

@@ -125,3 +125,25 @@ def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window
     tol, why = server_agreement(slow, **sim)
     assert tol == pytest.approx(0.02 + (0.24 + 0.02) / 13.0)
     assert "+ 2.0% for timing at the window's edges (240 ms of scrape round trip, 2 x 10 ms of client loop lag" in why
+
+
+def test_levels_of_several_starts_are_compared_only_with_the_baselines_between_start_noise_in_their_intervals(
+        tmp_path):
+    """What an undecided plateau falls back on when no start may measure its levels together (test_plateau): each
+    level over its starts as the floor judged them, each interval widened by the committed baseline's between-start
+    noise; nothing while every level has one start."""
+    suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", profiles=("sim-ci",), levels=(32, 64)))
+    try:
+        run = suite.open_config("sim-ci", "rr24-cds4")
+        first = {lv: suite.measure(run, lv).result for lv in (32, 64)}
+        assert run.over_starts([32, 64]) is None, "one start each: the plateau compares them as they are"
+        starts = run.replicate(64, "a test's second start")
+        assert starts is not None and len(starts) == 2
+        over = run.over_starts([32, 64])
+        values = [m.result.sustained_output_tps for m in starts]
+        assert min(values) <= over[64].sustained_output_tps <= max(values)
+        for lv in (32, 64):
+            assert over[lv].sustained_output_tps_ci95 > first[lv].sustained_output_tps_ci95 / (2 if lv == 64 else 1)
+        assert over[32].sustained_output_tps == first[32].sustained_output_tps
+    finally:
+        suite.finish(interrupted=False)
