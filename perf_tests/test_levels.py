@@ -1,15 +1,13 @@
 """Per (config, level): the sustained-throughput floor and the latency ceilings from the baseline, and request
 health."""
 
-from dataclasses import replace
-
 import pytest
 
 from fixtures.plugin import allure_on, evidence_on_failure, settle
 from sglperf.environment import fingerprint
 from sglperf.report import allure as report
-from sglperf.categories import INCONCLUSIVE, INFRA, INVALID, LATENCY
-from sglperf.judge.latency import check_ceiling, over_starts
+from sglperf.categories import INFRA, INVALID
+from sglperf.judge.latency import check_ceiling, over_starts, verdict_over_starts
 from sglperf.records import METRICS
 from sglperf.judge.verdict import another_start, check_floor
 
@@ -136,27 +134,13 @@ def test_latency_ceilings(perf_config, level, perf_level, request):
                     pytest.fail(failure, pytrace=False)
             per_start.append(judge(x))
             decided = [over_starts([s[i].outcome for s in per_start], allowed) for i in range(len(entries))]
-        verdicts = [_over_starts_verdict([s[i] for s in per_start], d) for i, d in enumerate(decided)]
-        shown = starts[:len(per_start)]
+        verdicts = [verdict_over_starts([s[i] for s in per_start], d) for i, d in enumerate(decided)]
         print("\n".join(v.message for v in verdicts))
         if allure_on(request.config):
             report.attach_text("latency verdicts", "\n".join(v.message for v in verdicts))
         settle(verdicts, where=f"{run.where} c{level}", against="latency ceilings",
-               disturbed=[d for x in shown for d in x.result.disturbances] if len(shown) > 1 else
-               m.result.disturbances, log_path=run.log_path, note=run.replicate_note(level))
-
-
-def _over_starts_verdict(each, decided):
-    """One entry's verdict over its starts: the first start's where one was judged, else the verdict of a start
-    with the decided outcome (inconclusive where none was decided), naming every start's value."""
-    if len(each) == 1:
-        return each[0]
-    outcome = decided or "inconclusive"
-    pick = next((v for v in each if v.outcome == outcome), each[0])
-    values = ", ".join(f"{v.value:,.1f} ({v.outcome})" if v.value is not None else f"? ({v.outcome})" for v in each)
-    prefix = {"pass": "", "regression": f"{LATENCY}: ", "inconclusive": f"{INCONCLUSIVE}: "}.get(outcome, "")
-    body = pick.message.split(": ", 1)[1] if pick.outcome in ("regression", "inconclusive") else pick.message
-    return replace(pick, outcome=outcome, message=f"{prefix}{body}; over {len(each)} server starts: {values}")
+               disturbed=[d for x in starts[:len(per_start)] for d in x.result.disturbances], log_path=run.log_path,
+               note=run.replicate_note(level))
 
 
 def test_request_health(perf_config, level, perf_level, request):

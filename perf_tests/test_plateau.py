@@ -98,9 +98,8 @@ def _over_starts(run, results, compared, band, v):
     if over is None:
         return v
     again = check_plateau({**results, **over}, run.ceiling, band=band)
-    starts = run.suite.starts(run.profile.name, run.name)
     note = (f"  undecided on one start ({'; '.join(v.unsure)[:200]}); judged over all starts of "
-            + ", ".join(f"c{lv} ({len(starts.get(lv, []))})" for lv in compared)
+            + ", ".join(f"c{lv} ({len(run.level_starts(lv))})" for lv in compared)
             + ", with the baseline's between-start noise")
     print(f"{run.where}: the plateau{note[1:]}")
     return replace(again, lines=(*again.lines, note))

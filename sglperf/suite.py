@@ -165,7 +165,7 @@ class ConfigRun:
 
     def level_starts(self, level: int) -> list[LevelMeasurement]:
         """The level's measurements so far: its first start, then the replicates other tests asked for."""
-        return [self.suite.measure(self, level), *self.suite.replicates.get((self.profile.name, self.name, level), [])]
+        return self.suite.level_starts(self, level)
 
     def replicate_levels(self, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
         """All of `levels` measured on one more server start, or None where no more is allowed."""
@@ -477,7 +477,10 @@ class Suite:
     def replicate(self, run: ConfigRun, level: int, why: str) -> list[LevelMeasurement] | None:
         if self.replicate_levels(run, [level], why) is None:
             return None
-        return [self.measure(run, level), *self.replicates[(run.profile.name, run.name, level)]]
+        return self.level_starts(run, level)
+
+    def level_starts(self, run: ConfigRun, level: int) -> list[LevelMeasurement]:
+        return [self.measure(run, level), *self.replicates.get((run.profile.name, run.name, level), [])]
 
     def replicate_levels(self, run: ConfigRun, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
         """One more server start that measures all of `levels` (recorded as their replicates): what a comparison

@@ -203,3 +203,16 @@ def test_a_latency_ceiling_failed_on_one_start_is_decided_by_the_majority_of_the
     assert over_starts(["regression", "pass"], 2) == "inconclusive"
     assert over_starts(["inconclusive", "regression", "inconclusive"], 3) == "regression"
     assert over_starts(["inconclusive", "pass", "inconclusive"], 3) == "pass"
+
+
+def test_a_verdict_over_starts_names_every_starts_value_and_takes_the_decided_outcome():
+    from sglperf.judge.latency import LatencyVerdict, verdict_over_starts
+    bad = LatencyVerdict("regression", "server_ttft_mean_ms", 10.2, 9.3, 11.1, 7.8, 177,
+                         "LATENCY REGRESSION: sim-ci/rr24-cds4 c16: server_ttft_mean_ms 10.2 ms")
+    good = LatencyVerdict("pass", "server_ttft_mean_ms", 7.1, 6.9, 7.3, 7.8, 180, "sim-ci/rr24-cds4 c16: 7.1 ms")
+    v = verdict_over_starts([bad, good, good], "pass")
+    assert v.outcome == "pass" and not v.message.startswith("LATENCY")
+    assert v.message.endswith("over 3 server starts: 10.2 (regression), 7.1 (pass), 7.1 (pass)")
+    v = verdict_over_starts([bad, good], None)
+    assert v.outcome == "inconclusive" and v.message.startswith("INCONCLUSIVE: sim-ci/rr24-cds4 c16:")
+    assert verdict_over_starts([bad], "regression") is bad

@@ -15,7 +15,7 @@ can move, and records TTFT and E2E as information.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -27,6 +27,7 @@ from ..records import METRICS, LevelResult, RequestRecord
 QUEUEING = ("ttft_ms", "e2e_ms", "server_ttft_ms")  # grow with the queue past the ceiling: not judged there
 
 
+PREFIX = {"pass": "", "not judged": "", "regression": f"{LATENCY}: ", "inconclusive": f"{INCONCLUSIVE}: "}
 MIN_FOR_MEAN = 30  # below this a t-interval of a skewed latency's mean is not trusted
 
 
@@ -122,8 +123,7 @@ def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where:
         body += "; the 95% interval straddles the ceiling: re-run, or give the level more time"
     if env_diff:
         body += f"; {env_diff}"
-    prefix = {"pass": "", "regression": f"{LATENCY}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
-    return LatencyVerdict(outcome, entry.metric, est, lo, hi, ceiling, n, prefix + body)
+    return LatencyVerdict(outcome, entry.metric, est, lo, hi, ceiling, n, PREFIX[outcome] + body)
 
 
 def over_starts(outcomes: list[str], allowed: int) -> str | None:
@@ -147,3 +147,16 @@ def over_starts(outcomes: list[str], allowed: int) -> str | None:
     if len(outcomes) == 1:
         return outcomes[0]
     return "pass" if ok > bad else "regression" if bad > ok else "inconclusive"
+
+
+def verdict_over_starts(each: list[LatencyVerdict], decided: str | None) -> LatencyVerdict:
+    """One entry's verdict over its starts (`decided`: over_starts's outcome, None left undecided): the only
+    start's where one was judged, else a start's with the decided outcome, naming every start's value."""
+    if len(each) == 1:
+        return each[0]
+    outcome = decided or "inconclusive"
+    pick = next((v for v in each if v.outcome == outcome), each[0])
+    values = ", ".join(f"{'?' if v.value is None else format(v.value, ',.1f')} ({v.outcome})" for v in each)
+    body = pick.message.removeprefix(PREFIX[pick.outcome])
+    return replace(pick, outcome=outcome,
+                   message=f"{PREFIX[outcome]}{body}; over {len(each)} server starts: {values}")
