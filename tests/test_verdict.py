@@ -222,3 +222,22 @@ def test_a_plateau_undecided_on_one_start_is_judged_over_all_starts_with_the_bet
     # without a calibrated between-start noise, or with nothing measured twice, starts are not mixed
     assert over_starts(starts, {64: noise[64]}) is None
     assert over_starts({lv: s[:1] for lv, s in starts.items()}, noise) is None
+
+
+def test_starts_are_weighed_by_their_precision_so_one_wide_start_leaves_a_level_decided():
+    """The H200, 2026-12-02, host 383f094197cf: a healthy p16 c128 read 1,491.0 ± 31.7 on its first start and
+    1,485.4 ± 128.1 on its third (a dip in its window; the second was disturbed). Their plain mean, known to ±66,
+    was less precise than the floor is wide, and the level ended INCONCLUSIVE at its last start: the run was red.
+    Weighed by precision it is known to ±31 and worth 1.2 starts against the between-start noise: a pass. A slow
+    server still fails, weighed or not."""
+    entry = Entry(metric="sustained_output_tps", value=1563.84, tolerance=0.0408, noise_cv=0.01716, runs=15,
+                  noise_df=19.8, within_cv=0.01553, host_cv=0.01457, hosts=5, min_tolerance=0.03,
+                  taken_at="2026-12-01", source="s", sglperf_version="0")
+    starts = [lr(128, 1491.0, ci=31.7), lr(128, 1485.4, ci=128.1)]
+    v = check_floor(starts, entry, where="p16 c128", baseline_source="b", log_path=None, last=True)
+    assert v.outcome == "pass", v.message
+    assert v.ci95 < 35 and "weighed by precision: worth 1.2 starts" in v.message
+    even = [lr(128, 1491.0, ci=31.7), lr(128, 1485.4, ci=31.7)]
+    assert check_floor(even, entry, where="x", baseline_source="b", log_path=None).value == pytest.approx(1488.2)
+    slow = [lr(128, 1300.0, ci=31.7), lr(128, 1310.0, ci=128.1)]
+    assert check_floor(slow, entry, where="x", baseline_source="b", log_path=None, last=True).outcome == "regression"

@@ -61,7 +61,7 @@ def floor_outcome(value: float | None, ci95: float | None, floor: float, slack: 
     return "inconclusive"
 
 
-def floor_of(entry: Entry, starts: int = 1) -> tuple[float, float]:
+def floor_of(entry: Entry, starts: float = 1) -> tuple[float, float]:
     """(floor, tolerance) for a value measured over `starts` server starts: the calibrated noise's prediction bound
     for that many starts (judge/noise.py), else the entry's own tolerance."""
     noise = entry.noise()
@@ -71,24 +71,52 @@ def floor_of(entry: Entry, starts: int = 1) -> tuple[float, float]:
     return entry.value * (1 - tol), tol
 
 
+def weights(levels: list[LevelResult], metric: str, noise=None) -> list[float]:
+    """Each start's weight in a level's value over its starts: the inverse of its variance, its own interval's and
+    the between-start noise's together (the random-effects mean, with the baseline's between-start CV as the
+    between-start variance). Starts as precise as each other weigh the same. An H200 c128 level read 1,491 ± 32 on
+    one start and 1,485 ± 128 on another (a dip in its window): their plain mean was known to ±66, wider than the
+    floor's tolerance, and the level ended undecided after three starts; weighed, it is known to ±31."""
+    values = [getattr(r, metric) for r in levels]
+    halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
+    if len(levels) < 2 or any(h is None for h in halves) or any(v is None for v in values):
+        return [1.0] * len(levels)
+    mean = sum(values) / len(values)
+    tau2 = ((noise.between if noise is not None else 0.0) * mean) ** 2
+    var = [(h / 1.96) ** 2 + tau2 for h in halves]
+    if any(v <= 0 for v in var):
+        return [1.0] * len(levels)
+    return [1.0 / v for v in var]
+
+
+def effective_starts(levels: list[LevelResult], metric: str, noise=None) -> float:
+    """How many starts a weighed mean is worth against the between-start noise: (sum w)^2 / sum w^2 (Kish)."""
+    w = weights(levels, metric, noise)
+    return sum(w) ** 2 / sum(x * x for x in w)
+
+
 def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float | None, float | None]:
-    """The mean of a level's values over its server starts, and its 95% interval: the starts' own intervals
-    together. Where the starts disagree beyond the baseline's run-to-run noise (`noise`, judge/noise.py: their
-    variance above its CV's at F(0.99)), the baseline's model is refuted for this run and the interval is what
-    their spread, pooled with the baseline's between-start CV, says of their mean: two H200 starts reading 697 and
-    1,005 were no ±15 tok/s mean. Starts that agree keep the floor's own accounting of between-start noise, and
-    three or more that agree closer than their intervals say cap the interval at what their spread says."""
+    """The mean of a level's values over its server starts, weighed by their precision (`weights`), and its 95%
+    interval: the starts' own intervals together. Where the starts disagree beyond the baseline's run-to-run noise
+    (`noise`, judge/noise.py: their variance above its CV's at F(0.99)), the baseline's model is refuted for this
+    run and the interval is what their spread, pooled with the baseline's between-start CV, says of their mean: two
+    H200 starts reading 697 and 1,005 were no ±15 tok/s mean. Starts that agree keep the floor's own accounting of
+    between-start noise, and three or more that agree closer than their intervals say cap the interval at what
+    their spread says."""
     values = [getattr(r, metric) for r in levels]
     if any(v is None for v in values):
         return None, None
-    n, mean = len(values), sum(values) / len(values)
+    n, w = len(values), weights(levels, metric, noise)
+    mean = sum(x * v for x, v in zip(w, values)) / sum(w)
     halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
-    half = None if any(h is None for h in halves) else math.sqrt(sum(h * h for h in halves)) / n
+    half = None if any(h is None for h in halves) else math.sqrt(sum((x * h) ** 2 for x, h in zip(w, halves))) / sum(w)
     if n >= 2 and mean:
         observed = sum((v - mean) ** 2 for v in values) / (n - 1)
         cv, between, df = (noise.cv, noise.between, noise.df) if noise is not None else (0.0, 0.0, 0.0)
         expected = (cv * mean) ** 2
         if expected == 0 or observed / expected > float(stats.f.ppf(0.99, n - 1, max(df, 1.0))):
+            mean = sum(values) / n  # disagreeing starts: none is the better measure of the level
+            observed = sum((v - mean) ** 2 for v in values) / (n - 1)
             pooled = (df * (between * mean) ** 2 + (n - 1) * observed) / (df + n - 1)
             spread_half = float(stats.t.ppf(0.975, df + n - 1)) * math.sqrt(pooled / n)
             half = spread_half if half is None else max(half, spread_half)
@@ -145,20 +173,22 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     if aside is not None:
         starts = starts[:aside] + starts[aside + 1:]
     value, ci = combined(starts, entry.metric, noise)
-    floor, tol = floor_of(entry, len(starts))
+    k = effective_starts(starts, entry.metric, noise) if len(starts) > 1 else 1
+    floor, tol = floor_of(entry, k)
     slack = max((r.sim_behind_share or 0.0) for r in starts)
     outcome = floor_outcome(value, ci, floor, slack)
     decided = ""
     if outcome == "inconclusive" and last and value and ci is not None and noise is not None and ci / value <= tol:
         t = float(stats.t.ppf(1 - FALSE_ALARM / 2, max(noise.df, 1.0)))  # half the rate: the interval spent its own
-        bound = min(floor, entry.value * (1 - t * math.hypot(noise.spread(len(starts)), ci / 1.96 / value)))
+        bound = min(floor, entry.value * (1 - t * math.hypot(noise.spread(k), ci / 1.96 / value)))
         outcome = "pass" if value * (1 + slack) >= bound else "regression"
         decided = (f"; its interval straddles the floor at the last start allowed: decided by the value against "
                    f"{bound:,.1f}, the bound for between-start and within-run noise together (0.5% false alarms)")
     ci_s = f" ± {ci:,.1f}" if ci is not None else ""
     delta = f" ({value / entry.value - 1:+.1%} vs baseline)" if value else ""
+    weighed = f", weighed by precision: worth {k:.1f} starts" if len(starts) > 1 and k < len(starts) - 0.05 else ""
     over = (f" (mean of {len(starts)} server starts: " + ", ".join(f"{getattr(r, entry.metric):,.1f}" for r in starts)
-            + ")") if len(starts) > 1 else ""
+            + weighed + ")") if len(starts) > 1 else ""
     if aside is not None:
         over += f" ({aside_why})"
     why = (f"; between starts ±{noise.between:.1%} (CV, {noise.df:.0f} df)" if noise else "")
@@ -189,6 +219,12 @@ def _judged_starts(levels: list[LevelResult], noise=None) -> list[LevelResult]:
     kept = [r for r in levels if not r.disturbances] or list(levels)
     aside, _ = outlier_start(kept, "sustained_output_tps", noise)
     return kept[:aside] + kept[aside + 1:] if aside is not None else kept
+
+
+def first_kept(levels: list, noise=None):
+    """The first of a level's server starts that its floor keeps (undisturbed, not set aside as another mode): what
+    a calibration counts as one run's value, so that a start the floor would not judge is no baseline's noise."""
+    return _judged_starts(levels, noise)[0]
 
 
 def starts_judged(levels: list[LevelResult], noise=None) -> int:
