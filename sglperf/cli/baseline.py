@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--dry-run", action="store_true")
     c.add_argument("--db", default=None, help="take the runs from the fleet's database (postgresql://...): the "
                    "--last N finished runs of --profile on --hardware-class")
+    c.add_argument("--extend", action="store_true",
+                   help="grow the calibrated baseline (--file, else the runs' profile's) by these runs: its entries "
+                        "count as their runs, where those runs' files are gone")
     c.add_argument("--hardware-class", default=None)
     c.add_argument("--last", type=int, default=10)
     c.add_argument("--host", action="append", default=[], metavar="LABEL:RUN_ID[,RUN_ID...]",
@@ -210,6 +213,8 @@ def _main(args) -> int:
         runs = fleet_runs(args)
     else:
         runs = calibration_runs(paths)
+    if args.extend:
+        return _extend(args, runs)
     if len(runs) < 2:
         raise baselines.BaselineError(f"calibrate needs at least 2 run files, got {len(runs)}")
     prof = profiles.load(runs[0].profile)
@@ -226,4 +231,22 @@ def _main(args) -> int:
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)
+    return 0
+
+
+def _extend(args, runs) -> int:
+    if not runs:
+        raise baselines.BaselineError("--extend needs at least 1 run file")
+    target = _target(args.file, runs[0].profile, runs[0].hardware_class)
+    if not target.exists():
+        raise baselines.BaselineError(f"--extend: {target} does not exist: calibrate it first")
+    old = baselines.load(target)
+    prof = profiles.load(runs[0].profile)
+    floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
+    new = old
+    for metric in args.metric or ["sustained_output_tps"]:
+        new, notes = baselines.extend(new, runs, metric=metric, floor=floor, starts=prof.measurement.replicates,
+                                      target_drop=args.target_drop, hosts=_hosts(args.host, runs))
+        print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
+    _write(target, new, args.dry_run)
     return 0

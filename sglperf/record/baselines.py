@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from scipy import stats
 
 from ..categories import UsageError
 from ..environment import host_speed
@@ -307,7 +308,8 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     bad: set[tuple[str, str]] = set()
     for r in runs:
         for cname, c in r.configs.items():
-            for lv, res in c.levels.items():
+            for lv in c.levels:
+                res = run_value(c, lv)
                 v = metric_value(res, metric)
                 if res.valid and v is not None and v > 0:
                     values.setdefault((cname, lv), []).append(float(v))
@@ -385,6 +387,113 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
                         configs=out, pooled=pooled, host_speed=speed), notes
+
+
+def run_value(config, level: str, noise: Noise | None = None):
+    """A run's one value of a level for a calibration: its first server start that the floor keeps (judge/verdict.
+    first_kept: undisturbed, not set aside as another mode of the server's start)."""
+    from ..judge.verdict import first_kept  # verdict reads Entry from here
+
+    return first_kept([config.levels[level], *config.replicates.get(level, [])], noise)
+
+
+def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_output_tps",
+           floor: float = MIN_TOLERANCE, starts: int = 1, target_drop: float | None = None,
+           hosts: dict[str, str] | None = None) -> tuple[BaselineFile, list[str]]:
+    """A calibrated baseline grown by runs made since, where the calibration runs' files are gone (another machine):
+    calibrate over the old runs and the new, the old ones present by what their entry keeps of them (their count,
+    mean and own log-scale spread), the new ones by their values (`run_value`); the levels are then pooled again
+    (judge/noise.prior). Healthy runs on hosts a calibration never saw are where its noise is tested: an H200
+    baseline from 15 runs on 5 hosts read p32 c128 at CV 2.5%, and five runs on four later hosts read it -5.3% to
+    +0.9%, one at -9.2%. Each level's note says how far the new runs lie from the old noise (an F test). The host's
+    part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
+    notes: list[str] = []
+    if {r.profile for r in runs} != {old.profile} or {r.hardware_class for r in runs} != {old.hardware_class}:
+        raise BaselineError(f"--extend needs runs of {old.profile} on {old.hardware_class!r}, the baseline's; got "
+                            f"profiles {sorted({r.profile for r in runs})} and hardware classes "
+                            f"{sorted(map(str, {r.hardware_class for r in runs}))}")
+    labels = [(hosts or {}).get(r.run_id) or next((fp.get("host_id") for c in r.configs
+                                                   if (fp := r.config_fingerprint(c)).get("host_id")), None)
+              for r in runs]
+    known = [h for h in labels if h]
+    taken = {x.strip() for lvls in old.configs.values() for ms in lvls.values() for e in ms.values()
+             for x in e.source.removeprefix("runs ").split(",")}
+    if twice := [r.run_id for r in runs if r.run_id in taken]:
+        raise BaselineError(f"--extend: run {', '.join(twice)} is already in the baseline's calibration: one run "
+                            f"counted twice would halve its noise")
+    grown: dict[tuple[str, str], tuple] = {}  # level -> (entry, new values, their within parts, ss, df)
+    for cname, lvls in old.configs.items():
+        for lv, metrics in lvls.items():
+            e = metrics.get(metric)
+            noise = e.noise() if e is not None else None
+            if noise is None or e.runs < 2:
+                if e is not None:
+                    notes.append(f"{cname} c{lv}: kept as it is: not calibrated (no noise to extend)")
+                continue
+            vals, rel_se = [], []
+            for r in runs:
+                c = r.configs.get(cname)
+                res = run_value(c, lv, noise) if c is not None and lv in c.levels else None
+                v = metric_value(res, metric) if res is not None and res.valid else None
+                if v is None or v <= 0:
+                    vals = []
+                    notes.append(f"{cname} c{lv}: kept as it is: invalid or missing in run {r.run_id}")
+                    break
+                vals.append(float(v))
+                half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                rel_se.append((half or 0.0) / 1.96 / float(v))
+            if not vals:
+                continue
+            n0, n = e.runs, len(vals)
+            logs = [math.log(v) for v in vals]
+            mx = sum(logs) / n
+            ss = ((e.own_cv if e.own_cv is not None else noise.cv) ** 2 * (n0 - 1) + sum((x - mx) ** 2 for x in logs)
+                  + n0 * n / (n0 + n) * (math.log(e.value) - mx) ** 2)
+            grown[(cname, lv)] = (e, vals, rel_se, ss, n0 + n - 1)
+    s0, d0 = prior([g[3] / g[4] for g in grown.values()], [g[4] for g in grown.values()])
+    out: dict[str, dict[str, dict[str, Entry]]] = {}
+    for (cname, lv), (e, vals, rel_se, ss, df_own) in grown.items():
+        noise = e.noise()
+        n0, n = e.runs, len(vals)
+        var, df = moderate(ss / df_own, df_own, s0, d0)
+        cv = math.sqrt(var)
+        fit = sum((math.log(v / e.value)) ** 2 for v in vals) / n / noise.cv ** 2  # the new runs, the old noise
+        p_fit = float(stats.f.sf(fit, n, noise.df))
+        within = math.sqrt((n0 * noise.within ** 2 + sum(w * w for w in rel_se)) / (n0 + n))
+        host, n_hosts = noise.host, noise.hosts
+        if len(known) == len(runs):
+            groups = _by_host(labels, vals)
+            h_new, g = host_share({(cname, lv): groups})
+            if sum(len(v) >= 2 for v in groups.values()) >= 2:  # one host's pair says little of the hosts' part
+                host = math.sqrt(((max(n_hosts, 1) - 1) * host ** 2 + (g - 1) * h_new ** 2)
+                                 / (max(n_hosts, 1) - 1 + g - 1))
+            n_hosts = n_hosts + len(set(known))
+        now = Noise(cv, df, within, n0 + n, min(host, cv), n_hosts)
+        tol = now.tolerance(floor=floor)
+        mean = (n0 * e.value + sum(vals)) / (n0 + n)  # arithmetic, as calibrate's
+        caught = now.detectable(starts, floor=floor)
+        note = (f"CV {noise.cv:.2%} -> {cv:.2%} ({df:.0f} df; own {math.sqrt(ss / df_own):.2%}) over {n0} + {n} "
+                f"runs: the new runs read " + ", ".join(f"{v / e.value - 1:+.1%}" for v in vals)
+                + f" ({math.sqrt(fit):.2f} x the entry's noise, F p = {p_fit:.2g}); tolerance {e.tolerance:.2%} -> "
+                f"{tol:.2%}; a drop of {now.detectable(floor=floor):.1%} is caught with 95% power in one server "
+                f"start" + (f", {caught:.1%} over the {starts} starts the profile allows" if starts > 1 else ""))
+        if target_drop is not None and caught > target_drop:
+            more = now.runs_for(target_drop, starts, floor=floor)
+            note += (f"; {target_drop:.0%} needs {more} runs" if more
+                     else f"; no number of runs catches {target_drop:.0%}")
+        notes.append(f"{cname} c{lv}: mean {e.value:,.1f} -> {mean:,.1f}, {note}")
+        out.setdefault(cname, {})[lv] = {metric: e.model_copy(update=dict(
+            value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=n0 + n,
+            noise_df=round(df, 1), within_cv=round(within, 5), own_cv=round(math.sqrt(ss / df_own), 5),
+            host_cv=round(min(host, cv), 5) if n_hosts else None, hosts=n_hosts or None, taken_at=now_iso(),
+            source=e.source + ", " + ", ".join(r.run_id for r in runs), sglperf_version=runs[-1].sglperf_version,
+            note=note))}
+    if len(known) == len(runs):
+        notes.insert(0, f"new hosts: {len(set(known))} ("
+                     + ", ".join(f"{h}: {known.count(h)}" for h in dict.fromkeys(known)) + " runs)")
+    pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(grown))]
+    return merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [],
+                                             "description": f"{old.description}; extended by {len(runs)} runs"})), notes
 
 
 def _by_host(labels: list[str], values: list[float]) -> dict[str, list[float]]:
