@@ -180,7 +180,8 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
     recorded, as at its last start. Healthy: every level passes but one, p32 c128 of host 383f094197cf's first
     run, whose three starts read 2,246, 2,234 and 2,332 (the server's CPU time per token 14% above the same host's
     next run, the GPU 53-59% busy against 59%): a host state the baseline does not cover (docs/gpu-proof.md). The
-    planted slowdown fails at least four of its six levels."""
+    planted slowdown fails at least four of its six levels. The three runs judged live against this baseline, in a
+    row on a fresh host, pass here as they did there."""
     from sglperf.judge.verdict import check_floor
     from sglperf.record.rundoc import load_run
 
@@ -203,3 +204,5 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
     healthy = {p.name[9:15]: failing(p) for p in sorted(data.glob("20261202-*.json"))}
     assert healthy == {"023025": [], "024117": [], "025136": [], "054238": ["p32 c128"], "054655": []}
     assert len(failing(next(data.glob("idle4-*.json")))) >= 4
+    # the three runs judged against it on a fresh host (00d3737c2478), in a row: green live, green here
+    assert [failing(p) for p in sorted(data.glob("judged-*.json"))] == [[], [], []]
