@@ -327,9 +327,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             keep[key] = vals
     variances = {k: _log_variance(v) for k, v in keep.items()}
     s0, d0 = prior(list(variances.values()), [len(v) - 1 for v in keep.values()])
-    labels = [(hosts or {}).get(r.run_id) or next((fp.get("host_id") for c in r.configs
-                                                   if (fp := r.config_fingerprint(c)).get("host_id")), None)
-              for r in runs]
+    labels = run_hosts(runs, hosts)
     host_sd, n_hosts = 0.0, 0
     if all(labels):
         host_sd, n_hosts = host_share({k: _by_host(labels, v) for k, v in keep.items()})
@@ -389,6 +387,14 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
                         configs=out, pooled=pooled, host_speed=speed), notes
 
 
+def run_hosts(runs: list[RunDoc], hosts: dict[str, str] | None = None) -> list[str | None]:
+    """Which host each run came from: `hosts` (run id -> label, given on the command line), else the fingerprint's
+    host_id, else None."""
+    return [(hosts or {}).get(r.run_id) or next((fp.get("host_id") for c in r.configs
+                                                 if (fp := r.config_fingerprint(c)).get("host_id")), None)
+            for r in runs]
+
+
 def run_value(config, level: str, noise: Noise | None = None):
     """A run's one value of a level for a calibration: its first server start that the floor keeps (judge/verdict.
     first_kept: undisturbed, not set aside as another mode of the server's start)."""
@@ -412,9 +418,7 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
         raise BaselineError(f"--extend needs runs of {old.profile} on {old.hardware_class!r}, the baseline's; got "
                             f"profiles {sorted({r.profile for r in runs})} and hardware classes "
                             f"{sorted(map(str, {r.hardware_class for r in runs}))}")
-    labels = [(hosts or {}).get(r.run_id) or next((fp.get("host_id") for c in r.configs
-                                                   if (fp := r.config_fingerprint(c)).get("host_id")), None)
-              for r in runs]
+    labels = run_hosts(runs, hosts)
     known = [h for h in labels if h]
     taken = {x.strip() for lvls in old.configs.values() for ms in lvls.values() for e in ms.values()
              for x in e.source.removeprefix("runs ").split(",")}
