@@ -546,19 +546,23 @@ class Suite:
             meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
                              watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,
                                                run.fingerprint.get("gpu_indices") or None),
-                             decided=decides_floor(entry.floor) if entry and not self.plateau_level(run, level)
-                             else None, client_procs=procs)
+                             decided=self.decides(run, level, entry), client_procs=procs)
         except KeyboardInterrupt:
             self.interrupted = True
             raise
         return meas
 
-    @staticmethod
-    def plateau_level(run: ConfigRun, level: int) -> bool:
-        """A level the plateau compares with its neighbours: it runs to the profile's precision, never stopping
-        once its floor is decided (cpu-sglang rr32 c48 stopped after 7 s at ±9.8%, and the plateau could not tell
-        -5% from -15%)."""
-        return run.ceiling is not None and level >= run.ceiling.effective
+    def decides(self, run: ConfigRun, level: int, entry):
+        """When a level may stop before its interval reaches the profile's ci_target: once its floor is decided, and
+        at a level the plateau compares also once its interval is narrow enough for that (cpu-sglang rr32 c48
+        stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%). No baseline
+        entry: the level runs to its precision."""
+        if entry is None:
+            return None
+        if verdict.plateau_compares(level, run.ceiling, self.levels(run.profile)):
+            return verdict.decides_plateau_level(entry.floor, run.profile.measurement.plateau_band)
+        return decides_floor(entry.floor)
+
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
         return self.measurements.get((profile, config, level))

@@ -8,7 +8,8 @@ from sglperf.record.baselines import Entry
 from sglperf.records import LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
-from sglperf.judge.verdict import check_ab, check_floor, check_plateau
+from sglperf.judge.verdict import (PLATEAU_SHARE, check_ab, check_floor, check_plateau, decides_floor,
+                                   decides_plateau_level, plateau_compares)
 
 S = Summary(None, None, None, None, 0)
 
@@ -73,6 +74,25 @@ def test_the_plateau_is_decided_by_the_levels_intervals():
         "+8.2% ± 5% cannot say whether it is past a 7% band: never a violation"
     calm = {4: lr(4, 830, ci=10), 16: lr(16, 840, ci=10, running=4, queued=12)}
     assert check_plateau(calm, c, band=0.07).outcome == "pass"
+
+
+def test_a_plateau_level_stops_on_its_floor_only_once_its_interval_is_narrow_enough_for_the_band():
+    floor, band = 1800.0, 0.07
+    decided_at_5pct = lr(2048, 2000, ci=100)  # 2,000 ± 100: wholly above the floor, but ±5% against a ±7% band
+    assert decides_floor(floor)(decided_at_5pct)
+    assert not decides_plateau_level(floor, band)(decided_at_5pct)
+    narrow = 2000 * band * PLATEAU_SHARE  # ±1.75%: two such levels' ratio is known to ±2.5%
+    assert decides_plateau_level(floor, band)(lr(2048, 2000, ci=narrow))
+    assert not decides_plateau_level(floor, band)(lr(2048, 1810, ci=20))  # narrow, but the floor straddled
+    assert not decides_plateau_level(floor, band)(lr(2048, 2000, ci=None))
+
+
+def test_the_levels_the_plateau_compares_are_those_check_plateau_judges():
+    cap = predict_ceiling(495_488, 64, 128, 128, 1024)  # binds at 1024
+    ladder = [256, 512, 1024, 2048, 3072]
+    assert [lv for lv in ladder if plateau_compares(lv, cap, ladder)] == [2048, 3072]  # c1024 is left out
+    assert [lv for lv in [512, 1024, 2048] if plateau_compares(lv, cap, [512, 1024, 2048])] == [1024, 2048]
+    assert not plateau_compares(3072, None, ladder)
 
 
 def test_a_server_running_far_from_the_prediction_violates_the_plateau():

@@ -341,6 +341,31 @@ def decides_floor(floor: float):
     return decided
 
 
+# A plateau level's interval need be no wider than this share of the plateau band: two such levels' ratio is then
+# known to about 0.35 x the band (the halves in quadrature), so any ratio in the band's inner 65% decides, and a
+# healthy plateau (within a few % of flat) passes without the level running on to the profile's ci_target.
+PLATEAU_SHARE = 0.25
+
+
+def plateau_compares(level: int, ceiling: Ceiling | None, levels) -> bool:
+    """Whether check_plateau compares `level` with its neighbours: past the ceiling, or at it where fewer than two
+    of `levels` lie beyond (with two beyond, the level exactly at the ceiling is left out)."""
+    if ceiling is None or level < ceiling.effective:
+        return False
+    return level > ceiling.effective or sum(lv > level for lv in levels) < 2
+
+
+def decides_plateau_level(floor: float, band: float):
+    """For a level the plateau compares: stop once its floor is decided and its interval is narrow enough for the
+    plateau's ratios (PLATEAU_SHARE of the band), not only for the floor."""
+    def decided(r: LevelResult) -> bool:
+        v, half = r.sustained_output_tps, r.sustained_output_tps_ci95
+        if not v or half is None or half / v > band * PLATEAU_SHARE:
+            return False
+        return floor_outcome(v, half, floor) != "inconclusive"
+    return decided
+
+
 @dataclass(frozen=True)
 class PlateauVerdict:
     passed: bool
