@@ -1,9 +1,13 @@
 """The GLM-5 nightly's time to verdict, estimated from the simulator's seed preset: each level of `sim-seed` is run
-once, long enough for both stopping rules, and the same records are then replayed through the rule before this
-change (a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor) and the
-rule now (a window of 3 lifetimes, the interval of measure/intervals.py, converged or decided), checking when each
-would have stopped. At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum
-of stop times x X (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
+once, long enough for every stopping rule, and the same records are then replayed through three rules, checking
+when each would have stopped:
+- before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
+- floor: a window of 3 lifetimes and the interval of measure/intervals.py, converged or its floor decided, but a
+  level the plateau compares runs on to the profile's ci_target (the rule until 2026-12-02);
+- now: as floor, and a plateau level also stops once its floor is decided and its interval is within
+  verdict.PLATEAU_SHARE of the plateau band (Suite.decides).
+At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
+(server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
     python benchmarks/nightly_time.py [--time-scale 10] [--levels 256,512,1024,2048,3072] [--configs rr1024-cds4,...]
 
@@ -25,7 +29,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglperf import engines, profiles  # noqa: E402
-from sglperf.judge.verdict import floor_outcome  # noqa: E402
+from sglperf.judge.verdict import PLATEAU_SHARE, floor_outcome, plateau_compares  # noqa: E402
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
@@ -65,10 +69,12 @@ def old_interval(records, res):
     return (None if sd <= 1e-9 * rates.mean() else float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))), k
 
 
-def stop_times(records, t0, concurrency, floor, policy) -> dict[str, float | None]:
-    """When each rule would have stopped the level (seconds after t0), replaying its checks."""
-    end = max(r.end_time for r in records)
-    stops: dict[str, float | None] = {"before": None, "now": None}
+def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | None,
+               cap: float) -> dict[str, float | None]:
+    """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
+    stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare."""
+    end = min(max(r.end_time for r in records), t0 + cap)
+    stops: dict[str, float | None] = {"before": None, "floor": None, "now": None}
     t, need = t0 + 1.0, max(policy.min_completions, concurrency)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
@@ -82,9 +88,14 @@ def stop_times(records, t0, concurrency, floor, policy) -> dict[str, float | Non
                     stops["before"] = t - t0
             lifetimes = res.window_s / res.lifetime_s if res.lifetime_s else 0
             half = res.sustained_output_tps_ci95
-            if stops["now"] is None and half is not None and lifetimes >= policy.trusted_window_lifetimes and (
-                    half / mean <= policy.ci_target or floor_outcome(mean, half, floor) != "inconclusive"):
-                stops["now"] = t - t0
+            if half is not None and lifetimes >= policy.trusted_window_lifetimes:
+                converged = half / mean <= policy.ci_target
+                floor_decided = floor_outcome(mean, half, floor) != "inconclusive"
+                if stops["floor"] is None and (converged or (floor_decided and plateau_band is None)):
+                    stops["floor"] = t - t0
+                narrow = plateau_band is None or half / mean <= plateau_band * PLATEAU_SHARE
+                if stops["now"] is None and (converged or (floor_decided and narrow)):
+                    stops["now"] = t - t0
         t += max(1.0, 0.1 * (t - t0))
     return stops
 
@@ -100,27 +111,32 @@ def main() -> None:
     scale = a.time_scale / BASE_SCALE
     policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
     logs = Path(tempfile.mkdtemp(prefix="sglperf-nightly-"))
-    total = {"before": 0.0, "now": 0.0}
+    total = {"before": 0.0, "floor": 0.0, "now": 0.0}
+    engine = engines.get("sim")
+    band = prof.measurement.plateau_band
+    levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
     for cname in a.configs.split(","):
         argv = prof.launch_argv(cname, extra=["--time-scale", str(a.time_scale)])
         srv = launch(LaunchSpec(cname, argv, logs, launch_timeout_s=120, terminate_timeout_s=30))
         try:
-            for level in [int(x) for x in a.levels.split(",")]:
+            ceiling = engine.ceiling(engine.server_info(srv.url, None), prof.workload.isl, prof.workload.osl)
+            for level in levels:
+                plateau = plateau_compares(level, ceiling, levels)
                 entry = bf.entries(cname, level)["sustained_output_tps"]
                 lifetime = 128 * level / (entry.value * scale)
                 cap = 16 * lifetime + 10  # warm-up and 15 lifetimes: room for the rule before
                 spec = LevelSpec(concurrency=level, max_seconds=cap, stall_timeout_s=60, request_timeout_s=3600)
                 m = run_loop(measure_level(Target(srv.url), prof.workload.client_workload(), spec,
-                                           replace(policy, ci_target=0.0), engine=engines.get("sim")))
+                                           replace(policy, ci_target=0.0), engine=engine))
                 t0 = min(r.send_time for r in m.records)
-                stops = stop_times(m.records, t0, level, entry.floor * scale, policy)
+                stops = stop_times(m.records, t0, level, entry.floor * scale, policy, band if plateau else None, cap)
                 cells = []
                 for k, v in stops.items():
                     total[k] += (v if v is not None else cap) * a.time_scale
                     cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
                                  f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
-                print(f"  {cname} c{level}: {'  '.join(cells)}; sim behind "
+                print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind "
                       f"{(m.result.sim_behind_share or 0):.0%}", flush=True)
         finally:
             srv.stop()
