@@ -114,6 +114,28 @@ def test_calibrate_tells_the_hosts_part_of_the_noise_and_a_floor_over_starts_kee
     assert "over the 3 starts the profile allows" in e.note
 
 
+def test_one_start_with_a_wide_interval_does_not_tighten_the_floor():
+    """Eight runs 3% apart: one whose start read with a ±26% interval (a mode change in its window, its value
+    ordinary) is that start's trouble. Counted at full weight its SE made the within-run part most of the noise and
+    the floor's tolerance small; each SE counts at most the run-to-run CV, in calibrate and in extend."""
+    docs = _host_runs(np.random.default_rng(6), host_sd=0.0, start_sd=0.03, hosts=8, per_host=1)
+    plain, _ = baselines.calibrate(docs, isl=32, osl=32)
+    wide = docs[3].configs["rr24-cds4"].levels["8"]
+    wide.sustained_output_tps_ci95 = 0.26 * wide.sustained_output_tps
+    with_wide, _ = baselines.calibrate(docs, isl=32, osl=32)
+    tol = [b.entries("rr24-cds4", 8)["sustained_output_tps"].tolerance for b in (plain, with_wide)]
+    assert tol[1] >= 0.85 * tol[0]
+    later = _host_runs(np.random.default_rng(7), host_sd=0.0, start_sd=0.03, hosts=1, per_host=2)
+    for i, d in enumerate(later):
+        d.run_id = f"later{i}"
+        for lv, r in d.configs["rr24-cds4"].levels.items():
+            r.sustained_output_tps = plain.entries("rr24-cds4", int(lv))["sustained_output_tps"].value
+    later[0].configs["rr24-cds4"].levels["8"].sustained_output_tps_ci95 = 0.26 * later[0].configs[
+        "rr24-cds4"].levels["8"].sustained_output_tps
+    grown, _ = baselines.extend(plain, later)
+    assert grown.entries("rr24-cds4", 8)["sustained_output_tps"].tolerance >= 0.85 * tol[0]
+
+
 def test_hosts_named_on_the_command_line_and_runs_that_do_not_say():
     rng = np.random.default_rng(4)
     docs = _host_runs(rng, host_sd=0.03, start_sd=0.01, hosts=2)
