@@ -563,7 +563,6 @@ class Suite:
             return verdict.decides_plateau_level(entry.floor, run.profile.measurement.plateau_band)
         return decides_floor(entry.floor)
 
-
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
         return self.measurements.get((profile, config, level))
 
