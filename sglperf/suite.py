@@ -8,6 +8,7 @@ lock must be released on every path, which is easiest to see in one place.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -144,7 +145,10 @@ class ConfigRun:
                     "not say how fast the machine is (two VMs named Intel(R) Xeon(R) Processor x 2 read SGLang's "
                     "levels 10-30% apart on 2026-12-01): a floor from it could blame the server for the host. "
                     "Re-calibrate it on this host (`sglperf baseline calibrate RUN_FILES...`)")
-        return host_speed.outside(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
+        scores = self.suite.host_speeds or [now]
+        mean = math.exp(sum(math.log(x) for x in scores) / len(scores))
+        return host_speed.outside(mean, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs,
+                                  probes=len(scores))
 
     def replicate_note(self, level: int) -> str:
         """What an undecided verdict adds: how often the level was re-measured, or why it was not."""
@@ -223,6 +227,10 @@ class Suite:
         self.replicates: dict[tuple[str, str, int], list[LevelMeasurement]] = {}  # starts after the first
         self.replicate_spent: dict[str, float] = {}  # per profile: seconds of restarts and re-measured levels
         self.replicate_refused: dict[tuple[str, str, int], str] = {}
+        # Every CPU speed probe of this host in the session: one host, one speed, judged by their mean. One probe
+        # moves ±5% on a host with noisy neighbours (2026-12-02: 39.5 and 42.7 minutes apart against a baseline's
+        # 48.2), and a config whose lone probe fell just inside the band was judged while the one before was not.
+        self.host_speeds: list[float] = []
         self.launch_s: dict[tuple[str, str], float] = {}  # how long each config's last server start took
         self.recorders: dict[str, RunRecorder] = {}
         self.runs: dict[tuple[str, str], ConfigRun] = {}
@@ -347,6 +355,8 @@ class Suite:
         # the CPU's speed, before a server that runs on it starts (a remote server's host is not ours to probe)
         speed = (host_speed.probe().as_dict() if not o.server_url
                  and fingerprint.on_host_cpu(engine, template, dict(prof.server.env)) else None)
+        if speed:
+            self.host_speeds.append(speed["score"])
         if o.server_url:
             server = launcher.external(engines.check_url(o.server_url), name=cname)
             engine.reach(server.url, api_key)  # within seconds, in words: refused, silent, an error status

@@ -134,3 +134,20 @@ def test_a_changed_cpu_is_named_next_to_a_simulator_verdict_and_once_for_a_cpu_s
     assert describe_diff(cpu_amd, cpu_intel).startswith(
         "environment changed since the baseline: hardware_class cpu:AMD EPYC 9B14 x 2 → cpu:Intel(R) Xeon(R) "
         "Processor x 2, kernel")
+
+
+def test_a_run_judges_its_host_by_the_mean_of_its_probes():
+    """One run on a host with noisy neighbours probed it at 39.5 (config p4) and 42.7 (p8) against the baseline's
+    48.2 (2026-12-02, cpu-llamacpp): p8's probe alone fell just inside the band, so its floors were judged, and
+    llama.cpp read 29-53% low (THROUGHPUT REGRESSION on a healthy server). One host has one speed: the mean of the
+    run's probes is outside the band for every config."""
+    from types import SimpleNamespace
+
+    from sglperf.suite import ConfigRun
+
+    bf = SimpleNamespace(host_speed=SimpleNamespace(score=48.2179, cv=0.01676, runs=2))
+    suite = SimpleNamespace(host_speeds=[42.6912])
+    run = SimpleNamespace(fingerprint={"host_speed": {"score": 42.6912}}, suite=suite)
+    assert ConfigRun.host_outside(run, bf) is None  # p8's probe alone: inside
+    suite.host_speeds = [39.4796, 42.6912]
+    assert "slower" in ConfigRun.host_outside(run, bf) and "mean of 2 this run" in ConfigRun.host_outside(run, bf)

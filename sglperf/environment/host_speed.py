@@ -109,15 +109,17 @@ def band(cv: float | None, runs: int) -> float:
     return max(MIN_BAND, Z * sd * math.sqrt(1 + 1 / runs))
 
 
-def outside(score: float, then: float, cv: float | None, runs: int) -> str | None:
-    """Why a host of `score` is not one the baseline measured (then ± its band), or None where it is."""
+def outside(score: float, then: float, cv: float | None, runs: int, probes: int = 1) -> str | None:
+    """Why a host of `score` (the mean of `probes` probes) is not one the baseline measured (then ± its band), or
+    None where it is."""
     b = band(cv, runs)
     ratio = score / then
     if abs(math.log(ratio)) <= math.log1p(b):
         return None
     how = f"{1 - ratio:.0%} slower" if ratio < 1 else f"{ratio - 1:.0%} faster"
     spread = f" ± {cv:.1%} over {runs} runs" if cv is not None else f" from {runs} run"
-    return (f"this host's CPU is {how} than on the runs the baseline was taken on (speed probe {score:.3g} against "
+    return (f"this host's CPU is {how} than on the runs the baseline was taken on (speed probe {score:.3g}"
+            f"{f' (mean of {probes} this run)' if probes > 1 else ''} against "
             f"{then:.3g}{spread}; a host within ±{b:.0%} counts as the same machine): a server on this CPU is only "
             f"as fast as the CPU, so a floor or ceiling taken there says nothing about the server here. Calibrate a "
             f"baseline on this host (`sglperf baseline calibrate RUN_FILES...`), or run where it was taken")
