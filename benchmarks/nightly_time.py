@@ -5,7 +5,7 @@ when each would have stopped:
 - floor: a window of 3 lifetimes and the interval of measure/intervals.py, converged or its floor decided, but a
   level the plateau compares runs on to the profile's ci_target (the rule until 2026-12-02);
 - now: as floor, and a plateau level also stops once its floor is decided and its interval is within
-  verdict.PLATEAU_SHARE of the plateau band (Suite.decides).
+  verdict.PLATEAU_SHARE of the plateau band (verdict.decides_plateau_level, as Suite.decides).
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
 (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
@@ -29,7 +29,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglperf import engines, profiles  # noqa: E402
-from sglperf.judge.verdict import PLATEAU_SHARE, floor_outcome, plateau_compares  # noqa: E402
+from sglperf.judge.verdict import decides_plateau_level, floor_outcome, plateau_compares  # noqa: E402
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
@@ -93,8 +93,8 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
                 floor_decided = floor_outcome(mean, half, floor) != "inconclusive"
                 if stops["floor"] is None and (converged or (floor_decided and plateau_band is None)):
                     stops["floor"] = t - t0
-                narrow = plateau_band is None or half / mean <= plateau_band * PLATEAU_SHARE
-                if stops["now"] is None and (converged or (floor_decided and narrow)):
+                decided = decides_plateau_level(floor, plateau_band)(res) if plateau_band else floor_decided
+                if stops["now"] is None and (converged or decided):
                     stops["now"] = t - t0
         t += max(1.0, 0.1 * (t - t0))
     return stops

@@ -8,7 +8,6 @@ lock must be released on every path, which is easiest to see in one place.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -146,7 +145,7 @@ class ConfigRun:
                     "levels 10-30% apart on 2026-12-01): a floor from it could blame the server for the host. "
                     "Re-calibrate it on this host (`sglperf baseline calibrate RUN_FILES...`)")
         scores = self.suite.host_speeds or [now]
-        mean = math.exp(sum(math.log(x) for x in scores) / len(scores))
+        mean, _ = host_speed.summarize(scores)
         return host_speed.outside(mean, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs,
                                   probes=len(scores))
 
