@@ -183,7 +183,7 @@ class LevelResult:
     window_end: float | None
     window_s: float
     ci_batches: int
-    lifetime_s: float | None  # median request lifetime: the CI batch length is at least this
+    lifetime_s: float | None  # median service lifetime (metrics.service_lifetime): windows are counted in it
     completed: int
     completed_in_window: int
     requests_sent: int

@@ -167,7 +167,43 @@ def test_window_cap_keeps_the_drain_out_of_the_window():
 def test_invalid_when_the_window_is_shorter_than_two_lifetimes():
     recs = closed_loop(4, 1.0, 2.5)  # warm-up ends at 1 s: a 1.5-s window of 1-s requests
     res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
-    assert not res.valid and any("shorter than 2 request lifetimes" in r for r in res.invalid_reasons)
+    assert not res.valid and any("shorter than 2 service lifetimes" in r for r in res.invalid_reasons)
+
+
+def queued_closed_loop(clients, slots, service, until, tokens=10, prefill=0.1):
+    """`clients` workers on a server that runs `slots` requests at once, each for `service` seconds (`prefill` of
+    it before the first token): the others wait for a slot, in lockstep cohorts."""
+    out, free, i = [], [0.0] * slots, 0
+    sends = [0.0] * clients
+    while True:
+        w = min(range(clients), key=lambda c: sends[c])
+        slot = min(range(slots), key=lambda k: free[k])
+        start = max(sends[w], free[slot])
+        if start + service > until:
+            return out
+        out.append(req(i, sends[w], start + service, tokens, first=start + prefill))
+        free[slot] = start + service
+        sends[w] = start + service + 0.001
+        i += 1
+
+
+def test_a_queued_level_counts_its_window_in_service_lifetimes_not_in_the_wait_for_a_slot():
+    # 32 clients, 16 slots, 1-s service: every request waits ~1 s for a slot, so it lives 2 s end to end, but the
+    # running batch turns over every second
+    recs = queued_closed_loop(32, 16, 1.0, 4.0)
+    res = level_result(recs, concurrency=32, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
+    assert res.e2e_ms.median == pytest.approx(2000.0, rel=0.01)
+    assert res.lifetime_s == pytest.approx(1.0, rel=0.01)
+    # the warm-up is one generation of running requests (16 completions at 1 s), not of clients (32, at 2 s)
+    assert res.window_start == pytest.approx(1.0, abs=0.01)
+    # a 3-s window: 1.5 end-to-end lifetimes (too short, counted so), 3 service lifetimes
+    assert res.valid, res.invalid_reasons
+
+
+def test_an_unqueued_level_s_service_lifetime_is_its_lifetime():
+    recs = closed_loop(4, 1.0, 40.0)  # the first token at 10% of a request's life: its prefill
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
+    assert res.lifetime_s == pytest.approx(1.0, rel=0.001)
 
 
 def test_client_bound_levels_are_invalid():

@@ -105,6 +105,18 @@ def warmup_end(records: list[RequestRecord], n: int) -> float | None:
     return ends[n - 1] if n > 0 else min(r.send_time for r in records)
 
 
+def service_lifetime(ok: list[RequestRecord], e2e: float | None) -> float | None:
+    """How long a request is served: its median decode (first token to end) plus its prefill (the fastest time to
+    first token). Past the server's running limit a request's end-to-end lifetime also holds its wait for a slot,
+    but the running batch turns over once per service lifetime: that is the closed loop's cycle a window must hold,
+    and the generation a warm-up must see finish. Never longer than the end-to-end median `e2e`."""
+    served = [r for r in ok if r.first_token_time is not None]
+    if e2e is None or len(served) < len(ok) / 2:
+        return e2e
+    prefill = min(r.first_token_time - r.send_time for r in served)
+    return min(e2e, float(np.median([r.end_time - r.first_token_time for r in served])) + max(prefill, 0.0))
+
+
 def token_arrivals(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Chunk arrival times and token counts of every request that did not fail."""
     ts = [r.chunk_times for r in records if r.error is None and r.chunk_times]
@@ -349,10 +361,11 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     now = now if now is not None else max((r.end_time for r in records), default=0.0)
     done = [r for r in records if not r.cancelled]
     ok = [r for r in done if r.ok]
-    lifetime = end.lifetime_s if end.lifetime_s is not None else (
-        float(np.median([r.end_time - r.send_time for r in ok])) if ok else None)
-    in_flight = concurrency if concurrency is not None else max(1, round(rate * (lifetime or 1.0))) if rate else 1
-    w_end = warmup_end(records, policy.warmup_completions if policy.warmup_completions is not None else in_flight)
+    e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
+    lifetime = end.lifetime_s if end.lifetime_s is not None else service_lifetime(ok, e2e)
+    in_flight = concurrency if concurrency is not None else max(1, round(rate * (e2e or 1.0))) if rate else 1
+    running = max(1, round(in_flight * lifetime / e2e)) if lifetime and e2e else in_flight
+    w_end = warmup_end(records, policy.warmup_completions if policy.warmup_completions is not None else running)
     st = LevelStats(concurrency, now, done, ok, Counter(r.error for r in done if r.error), lifetime, w_end,
                     window=end.window)
     steps = inflight_steps(records, now)
@@ -364,7 +377,7 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     if st.window is not None:
         s, e = st.window
         times, tokens = arrivals
-        iv = sustained_interval(times, tokens, st.window, policy.batches)
+        iv = sustained_interval(times, tokens, st.window, policy.batches, lifetime)
         st.sustained, st.half, st.k, st.ar1, st.resolution = iv.rate, iv.half, iv.batches, iv.ar1, iv.resolution
         prefilled = sum(r.prompt_tokens for r in records
                         if r.error is None and (first := r.first_token_time) is not None and s <= first < e)

@@ -16,8 +16,8 @@ class MeasurementPolicy:
     max_gap_s: float = 0.05
     warmup_completions: int | None = None  # default: the target concurrency (one generation)
     batches: int = 10  # the interval's batches (measure/intervals.py)
-    # A window shorter than this many request lifetimes is invalid: it does not hold a closed loop's whole cycle of
-    # prefills and decodes. One from trusted_window_lifetimes may stop a level (converged or decided).
+    # A window shorter than this many service lifetimes (metrics.service_lifetime) is invalid: it does not hold a
+    # closed loop's whole cycle of prefills and decodes. One from trusted_window_lifetimes may stop a level (converged or decided).
     min_window_lifetimes: float = 2.0
     trusted_window_lifetimes: float = 3.0
     ci_target: float = 0.01  # CI half-width / sustained, at most
@@ -99,7 +99,7 @@ def _window_rules(st, policy: MeasurementPolicy, warns: list[str]) -> list[str]:
     reasons = []
     s, e = st.window
     if st.lifetime and e - s < policy.min_window_lifetimes * st.lifetime:
-        reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_window_lifetimes:g} request "
+        reasons.append(f"steady-state window {e - s:.1f} s is shorter than {policy.min_window_lifetimes:g} service "
                        f"lifetimes ({policy.min_window_lifetimes:g} x {st.lifetime:.2f} s)")
     elif st.half is None:
         reasons.append("no token arrived inside the steady-state window")
