@@ -1,6 +1,7 @@
 """Coverage of the sustained rate's 95% interval, estimator x stream kind, on streams whose true rate is known
-(tests/streams.py): the interval before this change (batch means of >= one lifetime, "unknown" on zero spread) and
-the one the suite uses (measure/intervals.sustained_interval). Prints the table docs/measurement.md quotes.
+(tests/streams.py): the interval before issue 25 (batch means of >= one lifetime, "unknown" on zero spread), the one
+of 10 equal batches (until 2026-12-02) and the one the suite uses (measure/intervals.sustained_interval, batches of
+whole lifetimes), also told a wrong lifetime. Prints the table docs/measurement.md quotes.
 
     python benchmarks/interval_coverage.py [--trials 1000] [--short]
 """
@@ -32,9 +33,21 @@ def before(times, tokens, window):
     return rates.mean(), stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k)
 
 
-def now(times, tokens, window):
+def equal(times, tokens, window):
+    """The estimator until 2026-12-02: 10 equal batches, whatever the lifetime."""
     iv = sustained_interval(times, tokens, window)
     return iv.rate, iv.half
+
+
+def now(times, tokens, window, lifetime=1.0):
+    """The suite's: batches of whole lifetimes from 5 lifetimes on (the streams' lifetime is 1.0)."""
+    iv = sustained_interval(times, tokens, window, lifetime=lifetime)
+    return iv.rate, iv.half
+
+
+def misjudged(factor):
+    """The suite's, told a lifetime `factor` times the true one (a service lifetime read off noisy records)."""
+    return lambda times, tokens, window: now(times, tokens, window, factor)
 
 
 def main() -> None:
@@ -45,10 +58,12 @@ def main() -> None:
     lengths = (3.0, 10.0) if a.short else (10.0, 40.0)
     print(f"nominal 95%; {a.trials} windows of {lengths[0]:g}-{lengths[1]:g} request lifetimes per cell; "
           f"cell: coverage (mean half-width)")
-    print(f"{'estimator':<34}" + "".join(f"{k:>20}" for k in KINDS))
-    for name, est in (("batch means (before)", before), ("batches + AR(1) + resolution (now)", now)):
+    print(f"{'estimator':<38}" + "".join(f"{k:>20}" for k in KINDS))
+    for name, est in (("batch means (before)", before), ("10 batches + AR(1) + resolution", equal),
+                      ("lifetime batches + AR(1) + res. (now)", now), ("now, lifetime read 20% short", misjudged(0.8)),
+                      ("now, lifetime read 25% long", misjudged(1.25))):
         cells = [coverage(est, kind, a.trials, seed=11 + i, lengths=lengths) for i, kind in enumerate(KINDS)]
-        print(f"{name:<34}" + "".join(f"{c:>11.1%} (±{w:.2%})" for c, w in cells))
+        print(f"{name:<38}" + "".join(f"{c:>11.1%} (±{w:.2%})" for c, w in cells), flush=True)
 
 
 if __name__ == "__main__":

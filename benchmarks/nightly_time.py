@@ -2,21 +2,27 @@
 once, long enough for every stopping rule, and the same records are then replayed through three rules, checking
 when each would have stopped:
 - before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
-- floor: a window of 3 lifetimes and the interval of measure/intervals.py, converged or its floor decided, but a
-  level the plateau compares runs on to the profile's ci_target (the rule until 2026-12-02);
-- now: as floor, and a plateau level also stops once its floor is decided and its interval is within
-  verdict.PLATEAU_SHARE of the plateau band (verdict.decides_plateau_level, as Suite.decides).
+- last: a window of 3 end-to-end request lifetimes (send to end, a queued request's wait for a slot included)
+  after a warm-up of one generation of clients, the interval of measure/intervals.py, converged or decided
+  (a plateau level: verdict.decides_plateau_level, as Suite.decides): the rule until 2026-12-02;
+- now: as last, with the window counted in service lifetimes and the warm-up in running requests
+  (metrics.service_lifetime): what the level runner does now.
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
 (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
     python benchmarks/nightly_time.py [--time-scale 10] [--levels 256,512,1024,2048,3072] [--configs rr1024-cds4,...]
+                                      [--keep DIR | --replay DIR]
+
+--keep DIR writes each level's records to DIR (CONFIG-cLEVEL.records.jsonl.gz, with a meta.json); --replay DIR
+replays them through the rules again without running the simulator (a rule changed, the same records).
 
 The floors are the committed sim-seed baseline's, scaled from its time scale (10) to the one run here.
 """
-
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import math
 import sys
 import tempfile
@@ -29,13 +35,15 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglperf import engines, profiles  # noqa: E402
+from sglperf.fileio import atomic_write_json, write_jsonl  # noqa: E402
 from sglperf.judge.verdict import decides_plateau_level, floor_outcome, plateau_compares  # noqa: E402
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
 from sglperf.measure.level import LevelSpec, measure_level  # noqa: E402
-from sglperf.measure.metrics import MeasurementPolicy, level_result, token_arrivals  # noqa: E402
+from sglperf.measure.metrics import LevelEnd, MeasurementPolicy, level_result, token_arrivals  # noqa: E402
 from sglperf.record import baselines  # noqa: E402
+from sglperf.records import RequestRecord  # noqa: E402
 
 BASE_SCALE = 10.0
 
@@ -74,48 +82,52 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
     """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
     stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare."""
     end = min(max(r.end_time for r in records), t0 + cap)
-    stops: dict[str, float | None] = {"before": None, "floor": None, "now": None}
+    stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
     t, need = t0 + 1.0, max(policy.min_completions, concurrency)
+    by_clients = replace(policy, warmup_completions=concurrency)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
-        res = level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy, now=t,
-                           latencies=False)
+        ok = [r for r in snap if r.ok]
+        e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
+        results = {"last": level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=by_clients,
+                                        now=t, latencies=False, end=LevelEnd(lifetime_s=e2e)),
+                   "now": level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy,
+                                       now=t, latencies=False)}
+        res = results["last"]
         mean = res.sustained_output_tps
-        if mean and res.completed_in_window >= need and res.window_s >= 3.0:
-            if stops["before"] is None:
-                half, k = old_interval(snap, res)
-                if half is not None and k >= 10 and (half / mean <= 0.01 or floor_outcome(mean, half, floor) != "inconclusive"):
-                    stops["before"] = t - t0
-            lifetimes = res.window_s / res.lifetime_s if res.lifetime_s else 0
-            half = res.sustained_output_tps_ci95
-            if half is not None and lifetimes >= policy.trusted_window_lifetimes:
-                converged = half / mean <= policy.ci_target
-                floor_decided = floor_outcome(mean, half, floor) != "inconclusive"
-                if stops["floor"] is None and (converged or (floor_decided and plateau_band is None)):
-                    stops["floor"] = t - t0
-                decided = decides_plateau_level(floor, plateau_band)(res) if plateau_band else floor_decided
-                if stops["now"] is None and (converged or decided):
-                    stops["now"] = t - t0
+        if stops["before"] is None and mean and res.completed_in_window >= need and res.window_s >= 3.0:
+            half, k = old_interval(snap, res)
+            if half is not None and k >= 10 and (half / mean <= 0.01 or floor_outcome(mean, half, floor) != "inconclusive"):
+                stops["before"] = t - t0
+        for rule, res in results.items():
+            mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
+            if (stops[rule] is not None or not mean or half is None or res.completed_in_window < need
+                    or res.window_s < 3.0 or not res.lifetime_s
+                    or res.window_s / res.lifetime_s < policy.trusted_window_lifetimes):
+                continue
+            decided = (decides_plateau_level(floor, plateau_band)(res) if plateau_band
+                       else floor_outcome(mean, half, floor) != "inconclusive")
+            if half / mean <= policy.ci_target or decided:
+                stops[rule] = t - t0
         t += max(1.0, 0.1 * (t - t0))
     return stops
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--time-scale", type=float, default=BASE_SCALE)
-    ap.add_argument("--levels", default="256,512,1024,2048,3072")
-    ap.add_argument("--configs", default="rr1024-cds4,rr2048-cds8")
-    a = ap.parse_args()
-    prof = profiles.load("sim-seed")
-    bf = baselines.load(baselines.default_path("sim-seed", "sim:glm5-nvfp4-rtxpro6000-tp8"))
-    scale = a.time_scale / BASE_SCALE
-    policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
-    logs = Path(tempfile.mkdtemp(prefix="sglperf-nightly-"))
-    total = {"before": 0.0, "floor": 0.0, "now": 0.0}
+def measured(a, prof, scale, policy, levels, bf):
+    """(config, level, records, plateau?, the simulator's share behind real time) per level: run, or read back from
+    --replay; written to --keep."""
+    if a.replay:
+        meta = json.loads((Path(a.replay) / "meta.json").read_text())
+        for row in meta["levels"]:
+            path = Path(a.replay) / f"{row['config']}-c{row['level']}.records.jsonl.gz"
+            records = [RequestRecord(**{k: tuple(v) if k in ("chunk_times", "chunk_tokens") else v
+                                        for k, v in json.loads(line).items()})
+                       for line in gzip.decompress(path.read_bytes()).splitlines()]
+            yield row["config"], row["level"], records, row["plateau"], row["behind"]
+        return
     engine = engines.get("sim")
-    band = prof.measurement.plateau_band
-    levels = [int(x) for x in a.levels.split(",")]
-    print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
+    logs = Path(tempfile.mkdtemp(prefix="sglperf-nightly-"))
+    kept = []
     for cname in a.configs.split(","):
         argv = prof.launch_argv(cname, extra=["--time-scale", str(a.time_scale)])
         srv = launch(LaunchSpec(cname, argv, logs, launch_timeout_s=120, terminate_timeout_s=30))
@@ -123,23 +135,56 @@ def main() -> None:
             ceiling = engine.ceiling(engine.server_info(srv.url, None), prof.workload.isl, prof.workload.osl)
             for level in levels:
                 plateau = plateau_compares(level, ceiling, levels)
-                entry = bf.entries(cname, level)["sustained_output_tps"]
-                lifetime = 128 * level / (entry.value * scale)
-                cap = 16 * lifetime + 10  # warm-up and 15 lifetimes: room for the rule before
+                cap = capped(bf, cname, level, scale)
                 spec = LevelSpec(concurrency=level, max_seconds=cap, stall_timeout_s=60, request_timeout_s=3600)
                 m = run_loop(measure_level(Target(srv.url), prof.workload.client_workload(), spec,
                                            replace(policy, ci_target=0.0), engine=engine))
-                t0 = min(r.send_time for r in m.records)
-                stops = stop_times(m.records, t0, level, entry.floor * scale, policy, band if plateau else None, cap)
-                cells = []
-                for k, v in stops.items():
-                    total[k] += (v if v is not None else cap) * a.time_scale
-                    cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
-                                 f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
-                print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind "
-                      f"{(m.result.sim_behind_share or 0):.0%}", flush=True)
+                behind = m.result.sim_behind_share or 0.0
+                if a.keep:
+                    write_jsonl(Path(a.keep) / f"{cname}-c{level}.records.jsonl.gz", m.records)
+                    kept.append({"config": cname, "level": level, "plateau": plateau, "behind": behind})
+                    atomic_write_json(Path(a.keep) / "meta.json", {"time_scale": a.time_scale, "levels": kept})
+                yield cname, level, m.records, plateau, behind
         finally:
             srv.stop()
+
+
+def capped(bf, cname: str, level: int, scale: float) -> float:
+    """A level's time limit: warm-up and 15 end-to-end lifetimes at the baseline's rate (room for the rule before)."""
+    lifetime = 128 * level / (bf.entries(cname, level)["sustained_output_tps"].value * scale)
+    return 16 * lifetime + 10
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--time-scale", type=float, default=BASE_SCALE)
+    ap.add_argument("--levels", default="256,512,1024,2048,3072")
+    ap.add_argument("--configs", default="rr1024-cds4,rr2048-cds8")
+    ap.add_argument("--keep", help="write each level's records to this directory")
+    ap.add_argument("--replay", help="replay the records --keep wrote, without running the simulator")
+    a = ap.parse_args()
+    prof = profiles.load("sim-seed")
+    bf = baselines.load(baselines.default_path("sim-seed", "sim:glm5-nvfp4-rtxpro6000-tp8"))
+    if a.replay:
+        a.time_scale = json.loads((Path(a.replay) / "meta.json").read_text())["time_scale"]
+    scale = a.time_scale / BASE_SCALE
+    policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
+    total = {"before": 0.0, "last": 0.0, "now": 0.0}
+    band = prof.measurement.plateau_band
+    levels = [int(x) for x in a.levels.split(",")]
+    print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
+    for cname, level, records, plateau, behind in measured(a, prof, scale, policy, levels, bf):
+        cap = capped(bf, cname, level, scale)
+        floor = bf.entries(cname, level)["sustained_output_tps"].floor * scale
+        t0 = min(r.send_time for r in records)
+        stops = stop_times(records, t0, level, floor, policy, band if plateau else None, cap)
+        cells = []
+        for k, v in stops.items():
+            total[k] += (v if v is not None else cap) * a.time_scale
+            cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
+                         f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
+        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind {behind:.0%}",
+              flush=True)
     for k, v in total.items():
         print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h)")
 

@@ -53,7 +53,7 @@ def test_the_interval_covers_the_true_rate_at_nominal_95_percent_on_every_kind_o
     10-40 lifetimes; at least 93% of intervals hold the true rate (benchmarks/interval_coverage.py prints the table,
     with the estimator before for comparison)."""
     def estimate(times, tokens, window):
-        iv = sustained_interval(times, tokens, window)
+        iv = sustained_interval(times, tokens, window, lifetime=1.0)  # the streams' lifetime
         return iv.rate, iv.half
 
     covered, width = coverage(estimate, kind, trials=2000, seed=11 + list(KINDS).index(kind))

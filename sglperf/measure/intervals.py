@@ -33,30 +33,53 @@ class Interval:
 
 
 def sustained_interval(times: np.ndarray, tokens: np.ndarray, window: tuple[float, float],
-                       batches: int = BATCHES) -> Interval:
+                       batches: int = BATCHES, lifetime: float | None = None) -> Interval:
     """Chosen by coverage on simulated independent, autocorrelated, lockstep and deterministic streams
     (benchmarks/interval_coverage.py, docs/measurement.md): batch means alone undercover correlated streams and give
     a zero spread on deterministic ones; the AR(1) factor and the resolution mend both. Never zero for a window that
-    holds tokens: a server too steady to show spread is known to its counting resolution, no better."""
+    holds tokens: a server too steady to show spread is known to its counting resolution, no better.
+
+    Given the service `lifetime` (metrics.service_lifetime) and a window of at least MIN_ALIGNED of them, the
+    batches are whole lifetimes (aligned_batches): a closed loop's cohorts prefill and decode once per lifetime, and
+    a batch that holds part of that cycle measures where it cut it, not the server's rate."""
     s, e = window
     length = e - s
     inside = (times >= s) & (times < e)
     if length <= 0 or not inside.any():
         return Interval(0.0, None, 0)
-    rates = batch_rates(times, tokens, window, batches)
+    k, spread_window = aligned_batches(window, batches, lifetime)
+    rates = batch_rates(times, tokens, spread_window, k)
     rate = float(tokens[inside].sum() / length)
     r1 = lag1(rates)
     # the lag-1 estimate from a few batches is biased low by about (1 + 4 rho) / k (Marriott and Pope, 1954)
     # (corrected wherever it is positive: only correcting above its own noise, 1 / sqrt(k), left correlated streams
     # at 92% coverage; independent ones pay ~7% of width for it, docs/measurement.md)
-    rho = min(MAX_AR1, r1 + (1 + 4 * r1) / batches) if r1 > 0 else 0.0
+    rho = min(MAX_AR1, r1 + (1 + 4 * r1) / k) if r1 > 0 else 0.0
     # correlated batches carry fewer independent ones: the spread is inflated by the AR(1) variance factor and the t
-    # quantile taken at the effective degrees of freedom
+    # quantile taken at the effective degrees of freedom; the batches' standard error is scaled from their span to
+    # the window's (a tail of the window shorter than a batch is in the rate, not in the batches)
     inflation = (1 + rho) / (1 - rho)
-    df = max(2.0, (batches - 1) / inflation)
-    spread = float(stats.t.ppf(0.975, df) * rates.std(ddof=1) / math.sqrt(batches)) * math.sqrt(inflation)
+    df = max(2.0, (k - 1) / inflation)
+    covered = (spread_window[1] - spread_window[0]) / length
+    spread = float(stats.t.ppf(0.975, df) * rates.std(ddof=1) / math.sqrt(k / covered)) * math.sqrt(inflation)
     res = resolution(times[inside], tokens[inside], window, batches, rate)
-    return Interval(rate, math.hypot(spread, res), batches, round(rho, 3), res)
+    return Interval(rate, math.hypot(spread, res), k, round(rho, 3), res)
+
+
+MIN_ALIGNED = 5  # whole-lifetime batches from this many on: fewer leave the t quantile and the lag-1 estimate wild
+
+
+def aligned_batches(window: tuple[float, float], batches: int,
+                    lifetime: float | None) -> tuple[int, tuple[float, float]]:
+    """(how many batches, the span they cut): `batches` equal ones over the window; or, over a window of at least
+    MIN_ALIGNED lifetimes, batches of m whole lifetimes from the window's start (m the smallest that gives at most
+    `batches` of them: longer batches are less correlated), as many as fit."""
+    s, e = window
+    if not lifetime or lifetime <= 0 or (e - s) < MIN_ALIGNED * lifetime:
+        return batches, window
+    per = math.ceil((e - s) / (batches * lifetime) - 1e-9) * lifetime
+    k = int((e - s) // per)  # from MIN_ALIGNED (a window just past m x batches lifetimes) to `batches`
+    return k, (s, s + k * per)
 
 
 def lag1(x: np.ndarray) -> float:
