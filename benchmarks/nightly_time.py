@@ -97,7 +97,8 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
         mean = res.sustained_output_tps
         if stops["before"] is None and mean and res.completed_in_window >= need and res.window_s >= 3.0:
             half, k = old_interval(snap, res)
-            if half is not None and k >= 10 and (half / mean <= 0.01 or floor_outcome(mean, half, floor) != "inconclusive"):
+            if half is not None and k >= 10 and (half / mean <= 0.01
+                                                 or floor_outcome(mean, half, floor) != "inconclusive"):
                 stops["before"] = t - t0
         for rule, res in results.items():
             mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
