@@ -226,6 +226,9 @@ class LevelResult:
     ci_resolution_tps: float | None = None
     # TTFT as the server reports it per request (SGLang's meta_info first_token_latency), where it does
     server_ttft_ms: Summary = dataclasses.field(default_factory=lambda: Summary(None, None, None, None, 0))
+    # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
+    client_lag_mean_ms: float | None = None
+    client_late_share: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

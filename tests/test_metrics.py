@@ -214,8 +214,38 @@ def test_client_bound_levels_are_invalid():
     res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
                        samples=LevelSamples(client=samples))
     assert not res.valid
-    assert any("event-loop lag" in r for r in res.invalid_reasons)
     assert any("client CPU" in r for r in res.invalid_reasons)
+    assert any("held back 28.6% of the offered load" in d for d in res.disturbances)  # 2 x 0.2 s per 1-s cycle
+
+
+def ticker(until, lag, tail=(), cpu=0.3):
+    """The client monitor's 50 ms samples: every tick `lag` seconds late, the ticks at `tail`'s times later."""
+    from sglperf.records import ClientSample
+
+    return [ClientSample(t, cpu_s=cpu * t, loop_lag_s=0.055 if any(abs(t - x) < 0.01 for x in tail) else lag)
+            for t in np.arange(0, until, 0.05)]
+
+
+def test_a_lag_tail_of_a_few_ticks_holds_back_no_load_and_is_valid():
+    # CI of 2026-12-03, SGLang on a 2-core host: p99 55 ms on ~0.6-s requests, sends otherwise on time
+    recs = closed_loop(2, 0.6, 30.0)
+    tail = np.arange(1.0, 30.0, 3.0)  # 10 of 600 ticks late by 55 ms: the p99
+    res = level_result(recs, concurrency=2, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(client=ticker(30.0, 0.001, tail)))
+    assert res.client_lag_p99_ms > 50
+    assert res.client_late_share < 0.01
+    assert res.valid, res.invalid_reasons
+    assert not res.disturbances
+
+
+def test_a_steadily_late_loop_that_withholds_load_is_a_disturbance_though_its_p99_is_short():
+    recs = closed_loop(4, 1.0, 40.0)
+    res = level_result(recs, concurrency=4, rate=None, isl=100, osl=10, policy=MeasurementPolicy(ci_target=0.05),
+                       samples=LevelSamples(client=ticker(40.0, 0.015)))  # 15 ms at every tick, 2 x 15 ms a cycle
+    assert res.client_lag_p99_ms < 50
+    assert res.client_late_share == pytest.approx(0.03 / 1.03, rel=0.05)
+    # it can only have lowered throughput: a floor it passes is passed, one it fails is INVALID naming it
+    assert any("the client's event loop held back 2.9% of the offered load" in d for d in res.disturbances)
 
 
 def test_server_view_interpolates_counters_at_the_window_edges():

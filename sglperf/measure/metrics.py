@@ -281,21 +281,36 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
 
 
 def client_health(samples: list[ClientSample], window: tuple[float, float] | None) -> tuple[float | None,
+                                                                                              float | None,
                                                                                               float | None]:
-    """(event-loop lag p99 in ms, CPU share of one core) inside the window: of the worst client process where the
-    streams are sharded over several (one saturated process is enough to bend what it measures)."""
+    """(event-loop lag p99 and mean in ms, CPU share of one core) inside the window: of the worst client process
+    where the streams are sharded over several (one saturated process is enough to bend what it measures)."""
     if not samples or window is None:
-        return None, None
+        return None, None, None
     s, e = window
-    lags, cpus = [], []
+    lags, means, cpus = [], [], []
     for w in sorted({x.worker for x in samples}):
         inside = [x for x in samples if x.worker == w and s <= x.time <= e]
         if len(inside) >= 2:
             lags.append(float(np.percentile([x.loop_lag_s for x in inside], 99) * 1e3))
+            means.append(float(np.mean([x.loop_lag_s for x in inside]) * 1e3))
             cpus.append((inside[-1].cpu_s - inside[0].cpu_s) / (inside[-1].time - inside[0].time))
     if not lags:
-        return None, None
-    return max(lags), float(max(cpus))
+        return None, None, None
+    return max(lags), max(means), float(max(cpus))
+
+
+def late_share(lag_mean_ms: float | None, *, e2e_ms: float | None, concurrency: int | None,
+               rate: float | None) -> float | None:
+    """The share of the offered load the client's loop lag held back. Closed loop: a stream waits about one lag to
+    see its request end and one more to send the next, so each cycle of E2E loses 2 x the mean lag. Open loop: each
+    arrival is scheduled from the last one's late wake, so the schedule slips by the mean lag per arrival."""
+    if lag_mean_ms is None:
+        return None
+    lag = lag_mean_ms / 1e3
+    if concurrency is not None:
+        return 2 * lag / (e2e_ms / 1e3 + 2 * lag) if e2e_ms else None
+    return lag * rate / (1 + lag * rate) if rate else None
 
 
 @dataclass(frozen=True)
@@ -346,6 +361,8 @@ class LevelStats:
     shift: str | None = None
     latency: dict = field(default_factory=dict)
     lag: float | None = None
+    lag_mean: float | None = None
+    late: float | None = None  # late_share
     cpu: float | None = None
     host_numbers: dict = field(default_factory=dict)
     host_disturbed: list = field(default_factory=list)
@@ -391,7 +408,8 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
                   {"ttft_ms": summarize([]), "tpot_ms": summarize([]), "itl_ms": summarize([]),
                    "server_ttft_ms": summarize([]),
                    "e2e_ms": summarize([(r.end_time - r.send_time) * 1e3 for r in lat_records])})
-    st.lag, st.cpu = client_health(list(samples.client), st.window)
+    st.lag, st.lag_mean, st.cpu = client_health(list(samples.client), st.window)
+    st.late = late_share(st.lag_mean, e2e_ms=st.latency["e2e_ms"].median, concurrency=concurrency, rate=rate)
     st.host_numbers, st.host_disturbed = disturbance(list(samples.host), st.window)
     st.gpu_numbers, st.gpu_disturbed = gpu_summary(list(samples.gpu), st.window)
     st.server = server_view(list(samples.server), st.window)
@@ -440,6 +458,7 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         ci_batches=st.k, ci_ar1=st.ar1, ci_resolution_tps=st.resolution, lifetime_s=st.lifetime, completed=len(st.ok), completed_in_window=st.completed_in_window,
         requests_sent=len(records), cancelled=sum(1 for r in records if r.cancelled),
         duration_s=(st.now - t0) if records else 0.0, client_lag_p99_ms=st.lag, client_cpu_share=st.cpu,
+        client_lag_mean_ms=st.lag_mean, client_late_share=st.late,
         incomplete=end.incomplete, note=end.note, warnings=v.warnings, host=st.host_numbers, sim_behind_share=st.behind,
         disturbances=v.disturbances, gpu=st.gpu_numbers, goodput_rps=good_rps, goodput_tps=good_tps,
         slo_met_share=good_share,
