@@ -6,9 +6,9 @@ Against the simulator's ci preset at increasing --time-scale (1000 = near-zero s
 rate rises until the client (or the server: they share this machine's cores) saturates; the table says who was
 busy. Past the simulator's own limit (~30,000 chunks/s on one 2-core CI machine's core), `--server chunks` streams
 pre-shaped chunks from benchmarks/chunk_server.py at --scales tokens/s per stream. A process's capacity is the
-highest rate whose loop lag p99 stays under 50 ms (what shards.CHUNKS_PER_PROC keeps a margin below). Lag and CPU are the worst
-process's. To compare with an older sglperf, run this script with that checkout first on PYTHONPATH (--procs 1:
-older versions have no --client-procs).
+highest rate whose loop lag p99 stays under 50 ms (shards.CHUNKS_PER_PROC keeps a margin below it). Lag and CPU
+are the worst process's. To compare with an older sglperf, run this script with that checkout first on PYTHONPATH
+(--procs 1: older versions have no --client-procs).
 """
 
 import argparse
@@ -65,7 +65,8 @@ def main() -> int:
                 chunks = sum(len(r.chunk_times) for r in m.records)
                 span = max(r.end_time for r in m.records) - min(r.send_time for r in m.records)
                 # the worst process's lag p99 and CPU share, over the whole level
-                lag, _, cpu = client_health(m.client_samples, (m.client_samples[0].time, m.client_samples[-1].time))
+                samples = m.client_samples
+                lag, _, cpu = client_health(samples, (samples[0].time, samples[-1].time))
                 server = (s1.user + s1.system - s0.user - s0.system) / wall
                 print(f"{procs:>5} {scale:>6} {chunks / span:>10,.0f} {cpu:>10.0%} "
                       f"{cpu * procs / (chunks / span) * 1e6:>13.1f} {lag:>10.1f} ms "

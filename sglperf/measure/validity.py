@@ -91,7 +91,8 @@ def judge(st, policy: MeasurementPolicy, *, isl: int, prompt_check: str, stopped
     if st.late is not None and st.late > policy.max_late_share:
         disturbed.append(f"disturbed: the client's event loop held back {st.late:.1%} of the offered load (mean lag "
                          f"{st.lag_mean:.1f} ms, p99 {st.lag:.0f} ms, against a median E2E of "
-                         f"{st.latency['e2e_ms'].median or 0:.0f} ms; limit {policy.max_late_share:.0%}): sends were late")
+                         f"{st.latency['e2e_ms'].median or 0:.0f} ms; limit {policy.max_late_share:.0%}): "
+                         "sends were late")
     if st.behind is not None and st.behind > policy.max_sim_behind:
         disturbed.append(f"disturbed: the simulator fell {st.behind:.0%} behind real time during the window (its "
                          f"engine could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")
