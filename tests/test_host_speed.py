@@ -81,9 +81,10 @@ def test_a_real_llama_server_on_a_host_slower_than_its_baseline_has_its_floor_un
     assert p.returncode == 0, out[-3000:]
     assert "1 skipped" in out and "floor not judged: this host's CPU is" in out and "slower than on the runs" in out
     assert (run.config_fingerprint("p4").get("host_speed") or {}).get("score") > 0
-    # the probe moves between processes and moments (on this 2-core VM: ±7% over 16 probes, the interpreter's
-    # rate bimodal): a calibration spread of 8% over 5 runs widens the band to ±26%
-    p, out, _ = _suite(tmp_path, baseline("same", score, cv=0.08), "same")
+    # the probe moves between processes: its BLAS rate is bimodal on 2-core VMs (2026-12-03, Intel Xeon: scores
+    # 26.6-31.2 over five processes, 27.5 in this test's and 35.8 in the run's of a CI run that went red at a
+    # spread of 8%): a calibration spread of 20% over 5 runs widens the band to ±47%, still far inside the 2x above
+    p, out, _ = _suite(tmp_path, baseline("same", score, cv=0.20), "same")
     assert p.returncode == 0 and "1 passed" in out, out[-3000:]
     # a CPU baseline from before the probe: which machine it holds on is unknown, so it judges none
     p, out, _ = _suite(tmp_path, baseline("legacy", None), "legacy")
