@@ -2,6 +2,7 @@
 many more than four degrees of freedom where the levels agree, and a level that stands apart keeps its own), keeps
 the calibration runs' within-run part apart, and says the smallest drop each floor catches."""
 
+import dataclasses
 import json
 from pathlib import Path
 import subprocess
@@ -233,3 +234,33 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
     assert [failing(p) for p in sorted(data.glob("judged-*.json"))] == [[]] * 6
     # the documented slowed run on that host (--ubatch-size 8), its one level over three starts
     assert failing(next(data.glob("slowed-*.json"))) == ["p16 c64"]
+
+
+def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_equivalence_test():
+    """Three judged runs of 2026-12-03 on a fresh host (01d59ecd4f8f), replayed as test_plateau judges them: the
+    levels of the first start, then over all starts with the baseline's between-start noise where that start leaves
+    it undecided. p32 c128 reads 5-8% under c64 there; with the 95% interval inside ±15% two of the three were
+    INCONCLUSIVE live, with the equivalence test's 90% interval (verdict.TOST_SHARE) all three pass."""
+    from sglperf.judge.verdict import check_plateau, over_starts
+    from sglperf.record.rundoc import load_run
+    from sglperf.records import Ceiling, LevelResult
+
+    def result(doc):  # a stored level as the suite held it
+        return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
+
+    data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-03"
+    bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
+    outcomes = []
+    for path in sorted(data.glob("judged-*.json")):
+        c = load_run(path).configs["p32"]
+        ceiling = Ceiling(**c.server.ceiling)
+        levels = ["64", "128"]  # as the run file keys them
+        v = check_plateau({int(lv): result(c.levels[lv]) for lv in levels}, ceiling, band=0.15)
+        if v.outcome == "inconclusive":
+            noise = {lv: bf.entries("p32", lv)["sustained_output_tps"].noise() for lv in levels}
+            starts = {int(lv): [result(x) for x in [c.levels[lv], *c.replicates.get(lv, [])]] for lv in levels}
+            over = over_starts(starts,
+                               {int(lv): n for lv, n in noise.items()})
+            v = check_plateau(over, ceiling, band=0.15)
+        outcomes.append(v.outcome)
+    assert outcomes == ["pass"] * 3
