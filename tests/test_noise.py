@@ -254,13 +254,10 @@ def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_
     for path in sorted(data.glob("judged-*.json")):
         c = load_run(path).configs["p32"]
         ceiling = Ceiling(**c.server.ceiling)
-        levels = ["64", "128"]  # as the run file keys them
-        v = check_plateau({int(lv): result(c.levels[lv]) for lv in levels}, ceiling, band=0.15)
+        starts = {lv: [result(x) for x in [c.levels[str(lv)], *c.replicates.get(str(lv), [])]] for lv in (64, 128)}
+        v = check_plateau({lv: s[0] for lv, s in starts.items()}, ceiling, band=0.15)
         if v.outcome == "inconclusive":
-            noise = {lv: bf.entries("p32", lv)["sustained_output_tps"].noise() for lv in levels}
-            starts = {int(lv): [result(x) for x in [c.levels[lv], *c.replicates.get(lv, [])]] for lv in levels}
-            over = over_starts(starts,
-                               {int(lv): n for lv, n in noise.items()})
-            v = check_plateau(over, ceiling, band=0.15)
+            noise = {lv: bf.entries("p32", str(lv))["sustained_output_tps"].noise() for lv in starts}
+            v = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
         outcomes.append(v.outcome)
     assert outcomes == ["pass"] * 3
