@@ -45,7 +45,7 @@ def test_config_ab(perf_profile, perf_session, request):
         return judged, check_ab(judged[prof.ab.base], judged[prof.ab.tuned], base.ceiling, tuned.ceiling,
                                 margin=prof.measurement.ab_margin, base_noise=noise[prof.ab.base],
                                 tuned_noise=noise[prof.ab.tuned], base_starts=counts[prof.ab.base],
-                                tuned_starts=counts[prof.ab.tuned])
+                                tuned_starts=counts[prof.ab.tuned], judge_below_cap=prof.ab.below_cap == "judged")
 
     judged, v = judge()
     # undecided (and nothing failed): the least precise level of the undecided claims is measured again after a

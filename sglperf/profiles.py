@@ -165,6 +165,11 @@ class ConfigSection(Strict):
 class ABSection(Strict):
     base: str
     tuned: str
+    # "judged": the tuned config loses no more than ab_margin at any level, and gains past the base's ceiling.
+    # "shown": below the base's ceiling the levels are measured and shown, not judged: for an engine where the tuned
+    # config costs there by design (llama.cpp's 8 slots against 4: profiles/cpu-llamacpp.toml), only the gain is
+    # the A/B's claim.
+    below_cap: Literal["judged", "shown"] = "judged"
 
 
 class Profile(Strict):

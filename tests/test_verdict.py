@@ -165,6 +165,24 @@ def test_the_expected_gain_is_decided_on_the_levels_past_the_base_ceiling_togeth
         "a level clearly without the gain is a problem even when the mean still gains"
 
 
+def test_an_ab_whose_profile_shows_the_levels_below_the_cap_judges_only_the_gain():
+    # llama.cpp on a 2-core CI host, 2026-12-03: p8's c4 over three starts (172.9, 394.3, 391.8) against p4's
+    c1, c2 = predict_ceiling(3072, 16, 32, 32, 4), predict_ceiling(3072, 16, 32, 32, 8)
+    base = {4: lr(4, 381.6, ci=40.6), 8: lr(8, 373.0, ci=17.1), 16: lr(16, 375.8, ci=16.6)}
+    tuned = {4: lr(4, 319.7, ci=300.0), 8: lr(8, 526.6, ci=22.1), 16: lr(16, 536.5, ci=25.3)}
+    judged = check_ab(base, tuned, c1, c2, margin=0.5)
+    assert judged.outcome == "inconclusive" and judged.undecided_levels == (4,)
+    shown = check_ab(base, tuned, c1, c2, margin=0.5, judge_below_cap=False)
+    assert shown.outcome == "pass" and "shown, not judged" in shown.lines[0], \
+        "below the cap the loss is shown; the gain past it (+42%) is the claim and it holds"
+    lost = check_ab(base, {**tuned, 8: lr(8, 330.0, ci=17.0), 16: lr(16, 335.0, ci=17.0)}, c1, c2, margin=0.5,
+                    judge_below_cap=False)
+    assert lost.outcome == "regression", "a config that loses past the base's cap (-11%) still fails"
+    nothing = check_ab({4: base[4]}, {4: tuned[4]}, c1, c2, margin=0.5, judge_below_cap=False)
+    assert nothing.outcome == "inconclusive" and "no level measured gains past it" in nothing.unsure[0], \
+        "with nothing past the cap there is nothing judged: never a pass"
+
+
 def test_the_plateau_is_measured_from_the_first_level_where_requests_wait():
     c = predict_ceiling(1024, 16, 32, 32, 4)
     res = {4: lr(4, 780, ci=5, running=4), 8: lr(8, 880, ci=5, running=4, queued=4),

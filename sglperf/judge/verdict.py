@@ -561,7 +561,7 @@ def _ab_noise(b: LevelResult, t: LevelResult, bn, tn, kb: int = 1, kt: int = 1) 
 def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_ceiling: Ceiling,
              tuned_ceiling: Ceiling, *, margin: float, base_noise: dict | None = None,
              tuned_noise: dict | None = None, confidence: float = 0.95, base_starts: dict | None = None,
-             tuned_starts: dict | None = None) -> ABVerdict:
+             tuned_starts: dict | None = None, judge_below_cap: bool = True) -> ABVerdict:
     """Where no gain is expected, the tuned config is not worse than the base by more than `margin`: a
     non-inferiority test (one-sided, `confidence`) on log(tuned / base) whose noise is both levels' own intervals
     and, where a baseline calibrated it, the two servers' between-start noise (two servers started one after the
@@ -572,7 +572,9 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
     levels together (their mean gain; the within-run parts averaged as independent, the between-start parts fully
     correlated: one start moves all its levels alike). A level whose own upper bound is at or below zero is a
     problem too. `base_starts`/`tuned_starts`: level -> how many server starts its value is the mean of (one where
-    missing); the between-start part shrinks with them as the floor's does."""
+    missing); the between-start part shrinks with them as the floor's does. `judge_below_cap` False (a profile's
+    [ab] below_cap = "shown"): levels where no gain is expected are shown, not judged, and the gain is the only
+    claim; with no level past the base's ceiling there is nothing to judge, and that is undecided, never a pass."""
     z = float(stats.norm.ppf(confidence))
     lines, problems, gains, unsure, undecided = [], [], {}, [], []
     pooled: list[tuple[float, float, float, int]] = []
@@ -590,9 +592,16 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
         gains[lv] = math.expm1(gain)
         expect_gain = lv > base_ceiling.effective and tuned_ceiling.effective > base_ceiling.effective
         lo, hi = math.expm1(gain - z * sd), math.expm1(gain + z * sd)
+        calibrated = base_noise.get(lv) is not None or tuned_noise.get(lv) is not None
+        shown = not expect_gain and not judge_below_cap
+        tag = (" [tuned cap binds later: gain expected]" if expect_gain else
+               " [below the base's ceiling: shown, not judged ([ab] below_cap = \"shown\")]" if shown else "")
         lines.append(f"  c{lv}: base {b.sustained_output_tps:,.1f} tuned {t.sustained_output_tps:,.1f} "
                      f"({math.expm1(gain):+.1%}, {confidence:.0%} one-sided bounds {lo:+.1%} .. {hi:+.1%}; "
-                     f"between starts ±{between:.1%}){' [tuned cap binds later: gain expected]' if expect_gain else ''}")
+                     + (f"between starts ±{between:.1%})" if calibrated else
+                        "between starts: no baseline noise for this host)") + tag)
+        if shown:
+            continue
         if hi < -margin:
             problems.append(f"c{lv}: tuned is {math.expm1(gain):+.1%} vs base (at most {hi:+.1%}), worse than the "
                             f"{margin:.0%} allowed")
@@ -622,5 +631,9 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
                           f"{tuned_ceiling.effective}); {math.expm1(mean):+.1%} ({lo:+.1%} .. {hi:+.1%}) over {k} "
                           f"levels does not decide it")
             undecided += [lv for _, _, _, lv in pooled]
+    elif not judge_below_cap and not problems:
+        unsure.append(f"only the gain past the base's ceiling {base_ceiling.effective} is judged, and no level "
+                      f"measured gains past it (levels {sorted(set(base) & set(tuned))}; tuned ceiling "
+                      f"{tuned_ceiling.effective})")
     return ABVerdict(not problems and not unsure, tuple(lines), tuple(problems), gains, tuple(unsure),
                      tuple(sorted(set(undecided))))
