@@ -84,12 +84,15 @@ def test_two_runners_at_once_and_an_imported_history_each_land_whole_and_once(db
     older = tmp_path / "older.jsonl"
     for path in GPU_RUNS:
         history.append(older, history.record_from_run(load_run(path)))
-    a, b = (suite(tmp_path, n, "--levels", "8", "--results-db", db, background=True) for n in ("a", "b"))
+    # Two real-time simulators sharing 2 CI cores judge each other's CPU scheduling, not the database: their
+    # verdicts may fail (exit 1; a CI run of 2026-12-03 went red here once), their writes may not.
+    a, b = (suite(tmp_path, n, "--levels", "8", "--results-db", db, "-k", "test_sustained_throughput_floor",
+                  background=True) for n in ("a", "b"))
     imported = sglperf("history", "--db", db, "import", str(older))
     outs = [p.communicate(timeout=300)[0] for p in (a, b)]
     assert imported.returncode == 0 and f"{len(GPU_RUNS)} run(s) written" in imported.stdout, imported.stderr
     for p, out in zip((a, b), outs):
-        assert p.returncode == 0, out[-2000:]
+        assert p.returncode in (0, 1) and "INFRASTRUCTURE" not in out and "Traceback" not in out, out[-2000:]
         assert "results database: run" in out and "written" in out
     conn = fleet.connect(db)
     try:
