@@ -5,6 +5,7 @@ path, no surviving server process, no half-written file, and nothing invalid in 
 import json
 import signal
 import socket
+import re
 import subprocess
 import sys
 import time
@@ -210,14 +211,17 @@ def test_under_xdist_servers_never_overlap(tmp_path):
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=user_env(**{TAG: str(tmp_path)}))
     assert_suite_passed(p.returncode, p.stdout)
-    spans = []
-    for log in (tmp_path / "reports" / "servers").glob("*.log"):
+    spans, logs = [], sorted((tmp_path / "reports" / "servers").glob("*.log"))
+    for log in logs:
         text = log.read_text()
         stamps = [ln[1:20] for ln in text.splitlines() if ln.startswith("[20")]
         spans.append((stamps[0], stamps[-1]))
     spans.sort()
-    assert len(spans) == 2
-    assert spans[0][1] <= spans[1][0], f"server lifetimes overlap: {spans}"
+    # one start per config at least; a level left undecided is measured again after a restart (4 workers on 2 CI
+    # cores: rr64-cds8 started three times once), and no start may overlap another
+    configs = {re.sub(r"-\d{8}-\d{6}-\d+$", "", log.stem).removeprefix("sim-ci-") for log in logs}
+    assert {"rr24-cds4", "rr64-cds8"} <= configs, logs
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"server lifetimes overlap: {spans}"
     assert_clean(tmp_path)
 
 
