@@ -5,7 +5,6 @@ path, no surviving server process, no half-written file, and nothing invalid in 
 import json
 import signal
 import socket
-import re
 import subprocess
 import sys
 import time
@@ -219,8 +218,7 @@ def test_under_xdist_servers_never_overlap(tmp_path):
     spans.sort()
     # one start per config at least; a level left undecided is measured again after a restart (4 workers on 2 CI
     # cores: rr64-cds8 started three times once), and no start may overlap another
-    configs = {re.sub(r"-\d{8}-\d{6}-\d+$", "", log.stem).removeprefix("sim-ci-") for log in logs}
-    assert {"rr24-cds4", "rr64-cds8"} <= configs, logs
+    assert all(any(f"-{c}-" in log.name for log in logs) for c in ("rr24-cds4", "rr64-cds8")), logs
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"server lifetimes overlap: {spans}"
     assert_clean(tmp_path)
 
