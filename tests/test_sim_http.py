@@ -159,7 +159,7 @@ def test_fault_slow_start_delays_readiness(start_sim):
 
 
 def test_fault_crash_after_kills_the_process_hard(start_sim):
-    srv = start_sim("--fault-crash-after", "0.5")
+    srv = start_sim("--fault-crash-after", "3")  # past launch's slowest /health poll, as the hang below
     srv.proc.wait(10)
     assert srv.proc.returncode == -9
     reason = srv.crash_reason()
@@ -167,8 +167,12 @@ def test_fault_crash_after_kills_the_process_hard(start_sim):
 
 
 def test_fault_hang_after_stops_tokens_but_keeps_the_connection(start_sim):
-    srv = start_sim("--fault-hang-after", "0.3", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
-    time.sleep(0.5)
+    # the hang starts 3 s after ready: past launch's slowest /health poll (1 s apart), so launch always sees it up
+    srv = start_sim("--fault-hang-after", "3", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
+    end = time.monotonic() + 20
+    while "Injected hang" not in srv.log_tail() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert "Injected hang" in srv.log_tail()
     with pytest.raises((requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError), match="timed out"):
         requests.post(srv.url + "/generate", json={**GEN, "stream": True}, timeout=1.5).content
     assert srv.proc.poll() is None, "a hang keeps the process alive"
