@@ -49,8 +49,15 @@ class _Level(Strict):
     @model_validator(mode="after")
     def _plausible(self):
         for name, value in self:
-            values = (value.items() if isinstance(value, dict) else dataclasses.asdict(value).items()
-                      if dataclasses.is_dataclass(value) else [("", value)])
+            # a dataclass's own fields, not dataclasses.asdict: its deep copy was most of the time spent validating
+            if isinstance(value, (int, float)):
+                values = [("", value)]
+            elif isinstance(value, dict):
+                values = value.items()
+            elif dataclasses.is_dataclass(value):
+                values = [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+            else:
+                continue
             for sub, v in values:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     continue
