@@ -1,7 +1,8 @@
 """Coverage of the sustained rate's 95% interval, estimator x stream kind, on streams whose true rate is known
 (tests/streams.py): the interval before issue 25 (batch means of >= one lifetime, "unknown" on zero spread), the one
-of 10 equal batches (until 2026-12-02) and the one the suite uses (measure/intervals.sustained_interval, batches of
-whole lifetimes), also told a wrong lifetime. Prints the table docs/measurement.md quotes.
+of 10 equal batches (until 2026-12-02), batches of whole lifetimes at most 10 of them (until 2026-12-03) and the one
+the suite uses (measure/intervals.sustained_interval: whole lifetimes, never fewer batches as the window grows), also
+told a wrong lifetime. Prints the table docs/measurement.md quotes.
 
     python benchmarks/interval_coverage.py [--trials 1000] [--short]
 """
@@ -18,6 +19,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sglperf.measure import intervals  # noqa: E402
 from sglperf.measure.intervals import batch_rates, sustained_interval  # noqa: E402
 from tests.streams import KINDS, coverage  # noqa: E402
 
@@ -45,6 +47,26 @@ def now(times, tokens, window, lifetime=1.0):
     return iv.rate, iv.half
 
 
+def _at_most_batches(window, batches, lifetime):
+    """The whole-lifetime batching until 2026-12-03: m the smallest giving at most `batches` batches (a window just
+    past 10 lifetimes: 5 batches of 2)."""
+    s, e = window
+    if not lifetime or lifetime <= 0 or (e - s) < intervals.MIN_ALIGNED * lifetime:
+        return batches, window
+    per = math.ceil((e - s) / (batches * lifetime) - 1e-9) * lifetime
+    k = int((e - s) // per)
+    return k, (s, s + k * per)
+
+
+def at_most_ten(times, tokens, window):
+    """The suite's estimator with that batching put back."""
+    now_rule, intervals.aligned_batches = intervals.aligned_batches, _at_most_batches
+    try:
+        return now(times, tokens, window)
+    finally:
+        intervals.aligned_batches = now_rule
+
+
 def misjudged(factor):
     """The suite's, told a lifetime `factor` times the true one (a service lifetime read off noisy records)."""
     return lambda times, tokens, window: now(times, tokens, window, factor)
@@ -60,6 +82,7 @@ def main() -> None:
           f"cell: coverage (mean half-width)")
     print(f"{'estimator':<38}" + "".join(f"{k:>20}" for k in KINDS))
     for name, est in (("batch means (before)", before), ("10 batches + AR(1) + resolution", equal),
+                      ("lifetime batches, at most 10 (12-03)", at_most_ten),
                       ("lifetime batches + AR(1) + res. (now)", now), ("now, lifetime read 20% short", misjudged(0.8)),
                       ("now, lifetime read 25% long", misjudged(1.25))):
         cells = [coverage(est, kind, a.trials, seed=11 + i, lengths=lengths) for i, kind in enumerate(KINDS)]

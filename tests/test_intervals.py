@@ -11,7 +11,7 @@ import pytest
 from sglperf.record import baselines
 from sglperf.record.rundoc import load_run
 from sglperf.environment.host import HostMonitor, disturbance, parse_psi_total
-from sglperf.measure.intervals import sustained_interval
+from sglperf.measure.intervals import aligned_batches, sustained_interval
 from sglperf.measure.metrics import MeasurementPolicy, level_result
 from sglperf.records import HostSample
 from sglperf.judge.verdict import (another_start, check_floor, combined, floor_outcome, judged_start,
@@ -58,6 +58,17 @@ def test_the_interval_covers_the_true_rate_at_nominal_95_percent_on_every_kind_o
 
     covered, width = coverage(estimate, kind, trials=2000, seed=11 + list(KINDS).index(kind))
     assert covered >= 0.93, f"{kind}: {covered:.1%} covered (mean half-width {width:.2%})"
+
+
+def test_a_growing_window_keeps_at_least_seven_whole_lifetime_batches():
+    """A level that runs on must not read less precise for it: past 7 lifetimes the window is cut into 7-14 batches
+    of whole lifetimes, never the 5 batches of 2 that a window just past 10 lifetimes got until 2026-12-03."""
+    for tenths in range(70, 400):
+        k, (s, e) = aligned_batches((0.0, tenths / 10), 10, 1.0)
+        assert 7 <= k <= 14, (tenths / 10, k)
+        per = (e - s) / k
+        assert abs(per - round(per)) < 1e-9 and e <= tenths / 10 + 1e-9, "whole lifetimes, inside the window"
+    assert aligned_batches((0.0, 10.1), 10, 1.0)[0] == 10
 
 
 def test_a_precision_miss_is_a_warning_and_the_level_stays_valid():
