@@ -3,7 +3,7 @@ health."""
 
 import pytest
 
-from fixtures.plugin import allure_on, evidence_on_failure, settle
+from fixtures.plugin import allure_on, evidence_on_failure, settle, settle_over_starts
 from sglperf.environment import fingerprint
 from sglperf.report import allure as report
 from sglperf.categories import INFRA, INVALID
@@ -84,8 +84,8 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             failure = run.level_failure(x)
             if failure:
                 pytest.fail(failure, pytrace=False)
-        settle(verdicts, where=f"{run.where} c{level}", against="floor",
-               disturbed=[d for x in clean(starts) for d in x.result.disturbances], note=run.replicate_note(level))
+        settle_over_starts(verdicts, [x.result for x in starts], where=f"{run.where} c{level}", against="floor",
+                           note=run.replicate_note(level))
 
 
 def test_latency_ceilings(perf_config, level, perf_level, request):

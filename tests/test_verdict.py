@@ -279,3 +279,29 @@ def test_starts_are_weighed_by_their_precision_so_one_wide_start_leaves_a_level_
     assert check_floor(even, entry, where="x", baseline_source="b", log_path=None).value == pytest.approx(1488.2)
     slow = [lr(128, 1300.0, ci=31.7), lr(128, 1310.0, ci=128.1)]
     assert check_floor(slow, entry, where="x", baseline_source="b", log_path=None, last=True).outcome == "regression"
+
+
+def test_only_a_drop_beyond_what_the_stolen_cpu_explains_is_a_regression_on_a_host_steal_disturbed():
+    """Every start disturbed: a steal of 16% of the CPU the work wanted explains a fall of up to 32% below the floor
+    (verdict.STEAL_COST), not a two-thirds drop; the same drop beside another disturbance (other processes' CPU,
+    whose cost no share bounds) says nothing."""
+    from sglperf.judge.verdict import beyond_steal
+
+    entry = Entry(metric="sustained_output_tps", value=1631.8, tolerance=0.038, noise_cv=0.014, runs=20,
+                  noise_df=24.0, min_tolerance=0.03, taken_at="2026-12-02", source="s", sglperf_version="0")
+
+    def stolen(tps, steal, other=None):
+        why = f"disturbed: the hypervisor stole {steal:.2f} cores of the 1.70 this host's work wanted during the window"
+        return dataclasses.replace(lr(64, tps, ci=19.0), host={"steal_cores": steal, "server_cores": 1.6,
+                                   "client_cores": 0.1, "other_cores": 0.0},
+                                   disturbances=(why,) + ((other,) if other else ()))
+
+    def share(starts):
+        return beyond_steal(check_floor(starts, entry, where="p16 c64", baseline_source="b", log_path=None,
+                                        last=True), starts)
+
+    assert share([stolen(511.0, 0.28), stolen(497.0, 0.16)]) == pytest.approx(0.28 / 1.98)
+    assert share([stolen(1180.0, 0.28), stolen(1190.0, 0.16)]) is None  # -27%: the steal may be all of it
+    assert share([stolen(1640.0, 0.28)]) is None  # a pass is nothing to explain
+    busy = "disturbed: other processes used 3.1 cores of 16 during the window"
+    assert share([stolen(511.0, 0.28, busy), stolen(497.0, 0.16)]) is None

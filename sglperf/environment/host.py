@@ -123,6 +123,7 @@ def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
 
 MAX_MEM_STALL_SHARE = 0.10  # tasks waiting for memory more than 10% of the window
 MAX_SWAP_IN_MB_S = 10.0  # where the kernel has no pressure information: sustained swap-ins
+STEAL_REASON = "disturbed: the hypervisor stole"  # how a steal disturbance begins (judge/verdict.beyond_steal reads it)
 
 
 def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *, cores: int | None = None,
@@ -161,7 +162,7 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
         reasons.append(f"disturbed: other processes used {other:.1f} cores of {cores} during the window (the client "
                        f"and the server's processes excluded; limit {max_other:.1f})")
     if steal > max_steal:
-        reasons.append(f"disturbed: the hypervisor stole {steal:.2f} cores of the {wanted:.2f} this host's work "
+        reasons.append(f"{STEAL_REASON} {steal:.2f} cores of the {wanted:.2f} this host's work "
                        f"wanted during the window ({steal / wanted:.0%}; limit {max_steal:.2f}: the server's step loop "
                        f"waits for the CPU it is denied)")
     avail = [x.mem_available_mb for x in inside if x.mem_available_mb is not None]
