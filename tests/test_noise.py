@@ -240,7 +240,7 @@ def test_h200_levels_the_hypervisor_disturbed_are_invalid_never_regressions_and_
     """Five runs of 2026-12-04 on one fresh host (kernel v1252) whose hypervisor stole up to 1.08 cores of the 3-4
     the p32 levels wanted from its second run on; each level settled as test_sustained_throughput_floor settles it
     at its last start. Run 1 (quiet) passes everywhere. Run 2's p32 c128 had starts 1 and 3 disturbed and its one
-    undisturbed start (4.9% stolen, under the 5% limit) straddled the floor: live INCONCLUSIVE, as if a longer level
+    undisturbed start (4.6% stolen, just under its limit) straddled the floor: live INCONCLUSIVE, as if a longer level
     could have decided; it is INVALID naming both starts. Run 3 (cut by the device call) had every p32 start
     disturbed: INVALID, not the regressions its means read. The documented slowed run and the planted 4 idle layers
     (about -10%) still fail as regressions wherever an undisturbed start decided."""
