@@ -94,6 +94,9 @@ class MeasurementSection(Strict):
     ab_margin: float = Field(0.05, ge=0, lt=1)
     default_tolerance: float = Field(0.05, gt=0, lt=1)
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
+    # steal above this share of the CPU the work wanted (and above this share of 2 cores) disturbs a level
+    # (environment/host.disturbance); a server whose step loop is one thread the GPU waits on loses more to it
+    max_steal_share: float = Field(0.05, gt=0, lt=1)
     # Client processes a closed-loop level's streams are sharded over: a count, or "auto" (sglperf.shards).
     client_procs: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
     # A level whose floor stays undecided when its time is up is measured again after a server restart, up to this

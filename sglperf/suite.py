@@ -270,6 +270,7 @@ class Suite:
         m = profile.measurement
         slo = profile.slo
         return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, steady_state_ratio=m.steady_state_ratio,
+                                 max_steal_share=m.max_steal_share,
                                  slo_ttft_ms=slo.ttft_ms_p99 if slo else None,
                                  slo_tpot_ms=slo.tpot_ms_p99 if slo else None)
 

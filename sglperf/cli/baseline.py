@@ -170,7 +170,8 @@ def _main(args) -> int:
                 for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
                     for m, e in metrics.items():
                         n = e.noise()
-                        noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df, catches "
+                        noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df"
+                                 + (f", restarts {n.restart:.2%}" if n.restart is not None else "") + ", catches "
                                  f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
                                  + (f", {n.detectable(reps, floor=e.min_tolerance or 0.0):.1%} over {reps}"
                                     if reps > 1 else "")) if n else ""

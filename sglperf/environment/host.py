@@ -126,12 +126,19 @@ MAX_SWAP_IN_MB_S = 10.0  # where the kernel has no pressure information: sustain
 STEAL_REASON = "disturbed: the hypervisor stole"  # how a steal disturbance begins (judge/verdict.beyond_steal reads it)
 
 
+def steal_limit(wanted: float, share: float = 0.05) -> float:
+    """The steal (cores) that disturbs a level whose work wanted `wanted` cores: `share` of it, at least of 2 cores
+    (a level of little work is not disturbed by a tick or two of steal)."""
+    return share * max(2.0, wanted)
+
+
 def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *, cores: int | None = None,
-                max_other_cores: float | None = None, max_steal_cores: float | None = None
-                ) -> tuple[dict, list[str]]:
+                max_other_cores: float | None = None, max_steal_cores: float | None = None,
+                max_steal_share: float = 0.05) -> tuple[dict, list[str]]:
     """(numbers, reasons): other processes' and the hypervisor's share of the CPU inside the window, memory
     pressure, and why the level is disturbed where they pass the thresholds: other processes > max(0.5 core, 25% of
-    the cores), steal > max(0.1 core, 5% of the CPU time that wanted to run), some task stalled on memory > 10% of
+    the cores), steal > `max_steal_share` (5%) of the CPU time that wanted to run, at least 2 cores' worth (0.1 core
+    at 5%), some task stalled on memory > 10% of
     the window (else, without pressure information, swap-ins > 10 MB/s).
 
     Steal is measured against the work, not the cores: a vCPU accrues steal only while it has work, and the server's
@@ -152,7 +159,7 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
     other = max(0.0, ((b.busy_s - a.busy_s) - (b.client_s - a.client_s) - (b.server_s - a.server_s)) / dt)
     steal = max(0.0, (b.steal_s - a.steal_s) / dt)
     wanted = max(0.0, (b.busy_s - a.busy_s) / dt) + steal
-    max_steal = max_steal_cores if max_steal_cores is not None else max(0.1, 0.05 * wanted)
+    max_steal = max_steal_cores if max_steal_cores is not None else steal_limit(wanted, max_steal_share)
     load = max(x.load1 for x in inside)
     numbers = {"other_cores": round(other, 3), "steal_cores": round(steal, 3), "load1_max": round(load, 2),
                "cores": cores, "client_cores": round(max(0.0, (b.client_s - a.client_s) / dt), 3),

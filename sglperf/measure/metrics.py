@@ -410,7 +410,8 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
                    "e2e_ms": summarize([(r.end_time - r.send_time) * 1e3 for r in lat_records])})
     st.lag, st.lag_mean, st.cpu = client_health(list(samples.client), st.window)
     st.late = late_share(st.lag_mean, e2e_ms=st.latency["e2e_ms"].median, concurrency=concurrency, rate=rate)
-    st.host_numbers, st.host_disturbed = disturbance(list(samples.host), st.window)
+    st.host_numbers, st.host_disturbed = disturbance(list(samples.host), st.window,
+                                                     max_steal_share=policy.max_steal_share)
     st.gpu_numbers, st.gpu_disturbed = gpu_summary(list(samples.gpu), st.window)
     st.server = server_view(list(samples.server), st.window)
     st.behind = st.server.pop("sim_behind_share", None)

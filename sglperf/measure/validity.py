@@ -26,6 +26,7 @@ class MeasurementPolicy:
     # scheduling luck) and trusted_window_lifetimes lifetimes.
     decide_quiet_s: float = 0.5  # no early floor decision after this long without a token
     max_sim_behind: float = 0.05  # the simulator late by more than this share of its engine time: disturbed
+    max_steal_share: float = 0.05  # the hypervisor's steal above this share of the CPU the work wanted: disturbed
     converge_window_s: float = 3.0
     # Client-bound: the client's CPU near one core (its event loop is one thread) is invalid. A loop late enough to
     # hold back more than max_late_share of the offered load (metrics.late_share) is a disturbance, as a busy host

@@ -20,7 +20,7 @@ from ..categories import UsageError
 from ..environment import host_speed
 from ..fileio import atomic_write_json, lock_for, read_json
 from ..records import GATED, METRICS
-from ..judge.noise import MIN_TOLERANCE, Noise, host_share, moderate, prior
+from ..judge.noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_share
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
@@ -46,6 +46,8 @@ class Entry(BaseModel):
     own_cv: float | None = Field(None, ge=0)  # this level's own sample CV over its runs, before pooling
     host_cv: float | None = Field(None, ge=0)  # the part of the run-to-run noise that stays with the host
     hosts: int | None = Field(None, ge=0)  # how many hosts the calibration runs came from, where they said
+    restart_cv: float | None = Field(None, ge=0)  # what a restart inside one run draws afresh (judge/noise.py)
+    restart_df: float | None = Field(None, gt=0)  # its degrees of freedom (restarts, pooled over the levels)
     min_tolerance: float | None = Field(None, ge=0, lt=1)  # the tolerance it was never let below
     taken_at: str  # ISO date or date-time
     source: str  # the run it came from, or the document
@@ -67,7 +69,7 @@ class Entry(BaseModel):
         if self.noise_cv is None or self.runs < 2:
             return None
         return Noise(self.noise_cv, self.noise_df or self.runs - 1, self.within_cv or 0.0, self.runs,
-                     self.host_cv or 0.0, self.hosts or 0)
+                     self.host_cv or 0.0, self.hosts or 0, self.restart_cv)
 
     @property
     def is_latency(self) -> bool:
@@ -338,12 +340,15 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     else:
         notes.append("hosts: not known for every run (no host_id in their fingerprints; --host LABEL:RUN_ID,...): "
                      "the noise is taken as all between starts")
+    restart = restart_share(run_restarts(runs, list(keep), metric))
+    notes.append(restart_note(restart))
     out: dict[str, dict[str, dict[str, Entry]]] = {}
     last = runs[-1]
     for (cname, lv), vals in keep.items():
         n = len(vals)
         var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
-        noise = Noise(math.sqrt(var), df, typical_within(within[(cname, lv)], math.sqrt(var)), n, host_sd, n_hosts)
+        noise = Noise(math.sqrt(var), df, typical_within(within[(cname, lv)], math.sqrt(var)), n, host_sd, n_hosts,
+                      restart[0] if restart else None)
         mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
         tol = noise.tolerance(floor=floor)
         if max_tolerance is not None and tol > max_tolerance:
@@ -371,6 +376,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
             noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
             host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
+            restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
             taken_at=now_iso(),
             source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
             fingerprint=last.config_fingerprint(cname), note=note)}
@@ -401,6 +407,46 @@ def run_value(config, level: str, noise: Noise | None = None):
     from ..judge.verdict import first_kept  # verdict reads Entry from here
 
     return first_kept([config.levels[level], *config.replicates.get(level, [])], noise)
+
+
+def run_restarts(runs: list[RunDoc], levels, metric: str = "sustained_output_tps",
+                 noise: dict | None = None) -> list[list[tuple[float, float]]]:
+    """Per run and level (of `levels`: (config, level) pairs), the starts its floor would keep, as (value, own
+    relative SE): what judge/noise.restart_share pools."""
+    from ..judge.verdict import kept_starts
+
+    out = []
+    for r in runs:
+        for cname, lv in levels:
+            c = r.configs.get(cname)
+            if c is None or lv not in c.levels:
+                continue
+            kept = kept_starts([c.levels[lv], *c.replicates.get(lv, [])], (noise or {}).get((cname, lv)))
+            pts = []
+            for res in kept:
+                v = metric_value(res, metric)
+                if res.valid and v is not None and v > 0:
+                    half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                    pts.append((float(v), (half or 0.0) / 1.96 / float(v)))
+            out.append(pts)
+    return out
+
+
+def pool_restarts(parts: list[tuple[float | None, float | None] | None]) -> tuple[float, float] | None:
+    """(SD, df) of restart estimates pooled by their degrees of freedom; None where none was measured."""
+    known = [(sd, df) for p in parts if p and (sd := p[0]) is not None and (df := p[1])]
+    if not known:
+        return None
+    df = sum(d for _, d in known)
+    return math.sqrt(sum(sd ** 2 * d for sd, d in known) / df), df
+
+
+def restart_note(restart: tuple[float, float] | None) -> str:
+    if restart is None:
+        return ("restarts: no level of these runs was measured over two server starts: each start is taken as a "
+                "fresh draw of the between-start noise (all but the host's part)")
+    return (f"restarts: {restart[0]:.2%} (SD, {restart[1]:.0f} df) between the server starts of one run, pooled over "
+            f"the levels: the rest of the between-start noise stays with the run however often it restarts")
 
 
 def typical_within(rel_se: list[float], cv: float) -> float:
@@ -464,6 +510,10 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
                   + n0 * n / (n0 + n) * (math.log(e.value) - mx) ** 2)
             grown[(cname, lv)] = (e, vals, rel_se, ss, n0 + n - 1)
     s0, d0 = prior([g[3] / g[4] for g in grown.values()], [g[4] for g in grown.values()])
+    restart = pool_restarts([(g[0].restart_cv, g[0].restart_df) for g in grown.values()][:1]
+                            + [restart_share(run_restarts(runs, list(grown), metric,
+                                                          {k: g[0].noise() for k, g in grown.items()}))])
+    notes.append(restart_note(restart))
     out: dict[str, dict[str, dict[str, Entry]]] = {}
     for (cname, lv), (e, vals, rel_se, ss, df_own) in grown.items():
         noise = e.noise()
@@ -481,7 +531,7 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
                 host = math.sqrt(((max(n_hosts, 1) - 1) * host ** 2 + (g - 1) * h_new ** 2)
                                  / (max(n_hosts, 1) - 1 + g - 1))
             n_hosts = n_hosts + len(set(known))
-        now = Noise(cv, df, within, n0 + n, min(host, cv), n_hosts)
+        now = Noise(cv, df, within, n0 + n, min(host, cv), n_hosts, restart[0] if restart else None)
         tol = now.tolerance(floor=floor)
         mean = (n0 * e.value + sum(vals)) / (n0 + n)  # arithmetic, as calibrate's
         caught = now.detectable(starts, floor=floor)
@@ -498,7 +548,9 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
         out.setdefault(cname, {})[lv] = {metric: e.model_copy(update=dict(
             value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=n0 + n,
             noise_df=round(df, 1), within_cv=round(within, 5), own_cv=round(math.sqrt(ss / df_own), 5),
-            host_cv=round(min(host, cv), 5) if n_hosts else None, hosts=n_hosts or None, taken_at=now_iso(),
+            host_cv=round(min(host, cv), 5) if n_hosts else None, hosts=n_hosts or None,
+            restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
+            taken_at=now_iso(),
             source=e.source + ", " + ", ".join(r.run_id for r in runs), sglperf_version=runs[-1].sglperf_version,
             note=note))}
     if len(known) == len(runs):
