@@ -197,14 +197,34 @@ def test_extend_grows_a_baseline_by_later_runs_and_says_when_they_refute_its_noi
         baselines.extend(old, _host_runs(np.random.default_rng(1), 0.0, 0.01, hosts=1, per_host=1))
 
 
+def test_restarts_inside_a_run_average_only_their_own_part_of_the_between_start_noise():
+    """p32 c128 on the H200: run to run 4.1% on one host, 1.9% between a run's restarts. A floor over three starts
+    keeps all but the restarts' part whole; a baseline that never measured restarts divides all but the host's."""
+    from sglperf.judge.noise import restart_share
+
+    old, kept = Noise(0.04, 36, runs=34), Noise(0.04, 36, runs=34, restart=0.019)
+    assert kept.spread(1) == pytest.approx(old.spread(1))
+    assert kept.spread(3) ** 2 == pytest.approx(0.04 ** 2 - 0.019 ** 2 + 0.019 ** 2 / 3 + 0.04 ** 2 / 34)
+    assert old.spread(3) ** 2 == pytest.approx(0.04 ** 2 / 3 + 0.04 ** 2 / 34)
+    assert kept.tolerance(3) > old.tolerance(3) and kept.detectable(3) > old.detectable(3)
+    assert Noise(0.04, 36, runs=34, restart=0.10).parts() == pytest.approx((0.0, 0.04 ** 2))  # capped at between
+    # three starts of 2,217.6, 2,186.7 and 2,305.0 (own SE 1.1%) and a pair that agree: what restarts draw afresh
+    sd, df = restart_share([[(2217.6, 0.011), (2186.7, 0.017), (2305.0, 0.013)], [(1500.0, 0.005), (1500.0, 0.005)],
+                            [(1000.0, 0.01)]])
+    assert df == 3 and 0.015 < sd < 0.025
+    assert restart_share([[(1000.0, 0.01)]]) is None
+
+
 def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_planted_ten_percent():
-    """The committed gpu1 baseline (15 runs on 5 hosts, extended by the five healthy runs of 2026-12-02 on four
-    more) judging those runs and a run with 4 idle layers (+12.5% layer work), each level over the clean starts it
-    recorded, as at its last start. Healthy: every level passes but one, p32 c128 of host 383f094197cf's first
-    run, whose three starts read 2,246, 2,234 and 2,332 (the server's CPU time per token 14% above the same host's
-    next run, the GPU 53-59% busy against 59%): a host state the baseline does not cover (docs/gpu-proof.md). The
-    planted slowdown fails at least four of its six levels. The six runs judged live against this baseline, three in a
-    row on each of two fresh hosts, pass here as they did there; the slowed one fails."""
+    """The committed gpu1 baseline (20 runs on 9 hosts, extended by 14 healthy judged runs of 2026-12-02 to 04 on 7
+    more) judging five of its calibration runs of 2026-12-02 and a run with 4 idle layers (+12.5% layer work), each
+    level over the clean starts it recorded, as at its last start (`?`: undecided, a regression otherwise). Healthy:
+    no level regresses. p32 c128 of host 383f094197cf's first run (2,246, 2,234 and 2,332 over three starts, the
+    server's CPU time per token 14% above the same host's next run) failed against the 20-run baseline, whose noise
+    took restarts as fresh draws; it passes now that the floor keeps what stays with a run (judge/noise.restart).
+    p16 c8 of a one-start run is undecided: its lockstep-counted interval (±3.2%) is wider than its floor's 3.1%
+    (live, the level is measured again after a restart). The planted slowdown fails at least four of its six
+    levels. The six runs judged live, three in a row on each of two fresh hosts, pass; the slowed one fails."""
     from sglperf.judge.verdict import check_floor
     from sglperf.record.rundoc import load_run
 
@@ -223,15 +243,16 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
                 v = check_floor(clean, metrics["sustained_output_tps"], where=f"{cname} c{lv}", baseline_source="b",
                                 log_path=None, last=True)
                 if v.outcome != "pass":
-                    out.append(f"{cname} c{lv}")
+                    out.append(f"{cname} c{lv}" + ("?" if v.outcome == "inconclusive" else ""))
         return out
 
     healthy = {p.name[9:15]: failing(p) for p in sorted(data.glob("20261202-*.json"))}
-    assert healthy == {"023025": [], "024117": [], "025136": [], "054238": ["p32 c128"], "054655": []}
+    assert healthy == {"023025": [], "024117": ["p16 c8?"], "025136": [], "054238": [], "054655": []}
     assert len(failing(next(data.glob("idle4-*.json")))) >= 4
     # three runs judged against it on a fresh host (00d3737c2478), in a row, and three more on another
-    # (640030ab0495) after plateau levels stop once narrow enough for the band: green live, green here
-    assert [failing(p) for p in sorted(data.glob("judged-*.json"))] == [[]] * 6
+    # (640030ab0495) after plateau levels stop once narrow enough for the band: green live, no regression here (the
+    # third's p16 c8 stopped on one start, decided live against the floor of then, 3.9%)
+    assert [failing(p) for p in sorted(data.glob("judged-*.json"))] == [[], [], ["p16 c8?"], [], [], []]
     # the documented slowed run on that host (--ubatch-size 8), its one level over three starts
     assert failing(next(data.glob("slowed-*.json"))) == ["p16 c64"]
 
@@ -317,3 +338,86 @@ def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_
             v = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
         outcomes.append(v.outcome)
     assert outcomes == ["pass"] * 3
+
+
+def test_a_fresh_h200_host_that_slowed_within_minutes_is_no_regression_and_its_steal_is_named():
+    """Three judged runs of 2026-12-04 on one fresh host (03b60be43191, kernel v1252), none of them in the
+    baseline's calibration. Run 1: green live. Run 2, minutes later: live, p32 c128 was a THROUGHPUT REGRESSION,
+    2,217.6, 2,186.7 and 2,305.0 over three starts (-8.9%), the floor at -5.4% for three starts as if each restart
+    drew the between-start noise afresh; run 1 on the same host read 2,447.5. The baseline now keeps what stays with
+    a run however often it restarts (judge/noise.Noise.restart) and, extended by 14 healthy runs on 7 more hosts,
+    passes it. Run 3 (cut by the device call): the hypervisor stole 2.0-4.8% of the CPU p16 c64/c128 wanted, under
+    the default 5% limit, and they read 4-7% low: live, THROUGHPUT REGRESSION at p16 c128. Judged with the profile's
+    2% limit (`max_steal_share`) from the steal each start recorded, the starts it disturbed are set aside and each
+    level passes on its other start (p16 c64 -2.7%, c128 -4.4%); with the 5% limit, both are regressions."""
+    from fixtures.plugin import settle_over_starts
+    from sglperf import profiles
+    from sglperf.environment.host import STEAL_REASON, steal_limit
+    from sglperf.judge.verdict import check_floor
+    from sglperf.record.rundoc import load_run
+
+    data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04b"
+    bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
+    share = profiles.load("gpu1-llamacpp").measurement.max_steal_share
+
+    def rejudged(s, share=share):  # the start's disturbances as the profile's steal limit names them
+        h = s.host or {}
+        wanted = sum(h.get(k) or 0.0 for k in ("other_cores", "client_cores", "server_cores", "steal_cores"))
+        steal = h.get("steal_cores") or 0.0
+        if steal > steal_limit(wanted, share) and not s.disturbances:
+            return s.model_copy(update={"disturbances": [f"{STEAL_REASON} {steal:.2f} cores of the {wanted:.2f}"]})
+        return s
+
+    def settled(name, share=share):
+        run, out = load_run(next(data.glob(name))), {}
+        for cname, c in run.configs.items():
+            for lv in c.levels:
+                starts = [rejudged(s, share) for s in [c.levels[lv], *c.replicates.get(lv, [])]]
+                kept = [s for s in starts if not s.disturbances] or starts
+                v = check_floor(kept, bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
+                                baseline_source="b", log_path=None, last=True)
+                try:
+                    settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor")
+                    out[f"{cname} c{lv}"] = "pass"
+                except pytest.fail.Exception as e:
+                    out[f"{cname} c{lv}"] = str(e)
+        return out
+
+    def regressions(out):
+        return [k for k, m in out.items() if m.startswith("THROUGHPUT REGRESSION")]
+
+    first, second, cut = settled("*-9aade8.json"), settled("*-f75a21.json"), settled("*-c3d14d.json")
+    assert regressions(first) == regressions(second) == regressions(cut) == []
+    assert second["p32 c128"] == "pass"
+    assert cut["p16 c64"] == cut["p16 c128"] == "pass"
+    assert share == 0.02 and regressions(settled("*-c3d14d.json", 0.05)) == ["p16 c64", "p16 c128"]
+
+
+def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowdowns_caught_where_it_says():
+    """The live runs of 2026-12-04 against the committed baseline (restart-aware noise, 34 runs on 16 hosts), on a
+    fresh quiet host (8668caec46f5, steal under 0.01 cores), replayed as each floor settled: three judged runs green
+    in a row, the documented slowed run (-67.9%) a regression, and the planted 4 idle layers caught at the four
+    levels whose floors catch a 10% drop (p16 c8/c64/c128, p32 c8: -7.7 to -10.2%). p32 c64 and c128 read -6.0% and
+    -5.0%: inside their floors (tolerance 8.9% and 8.3%), which the baseline says catch 15-17% (docs/gpu-proof.md)."""
+    from sglperf.judge.verdict import check_floor
+    from sglperf.record.rundoc import load_run
+
+    data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04c"
+    bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
+
+    def regressions(path):
+        run, out = load_run(path), []
+        for cname, c in run.configs.items():
+            for lv in c.levels:
+                starts = [c.levels[lv], *c.replicates.get(lv, [])]
+                v = check_floor([s for s in starts if not s.disturbances] or starts,
+                                bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
+                                baseline_source="b", log_path=None, last=True)
+                if v.outcome != "pass":
+                    out.append(f"{cname} c{lv}" + ("?" if v.outcome == "inconclusive" else ""))
+        return out
+
+    assert bf.entries("p32", "128")["sustained_output_tps"].restart_cv == pytest.approx(0.0133, abs=1e-4)
+    assert [regressions(p) for p in sorted(data.glob("judged-*.json"))] == [[]] * 3
+    assert regressions(next(data.glob("slowed-*.json"))) == ["p16 c64"]
+    assert regressions(next(data.glob("planted-*.json"))) == ["p16 c8", "p16 c64", "p16 c128", "p32 c8"]
