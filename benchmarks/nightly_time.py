@@ -2,11 +2,12 @@
 once, long enough for every stopping rule, and the same records are then replayed through three rules, checking
 when each would have stopped:
 - before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
-- last: a window of 3 end-to-end request lifetimes (send to end, a queued request's wait for a slot included)
-  after a warm-up of one generation of clients, the interval of measure/intervals.py, converged or decided
-  (a plateau level: verdict.decides_plateau_level, as Suite.decides): the rule until 2026-12-02;
-- now: as last, with the window counted in service lifetimes and the warm-up in running requests
-  (metrics.service_lifetime): what the level runner does now.
+- last: a window of 3 service lifetimes (metrics.service_lifetime) after a warm-up of the running requests, the
+  interval of measure/intervals.py, converged or decided (a plateau level: also within a quarter of the band): the
+  rule until 2026-12-04;
+- now: as last with a third of the band (verdict.PLATEAU_SHARE), and a plateau level measured after another also
+  stops once its ratio to it is decided with both intervals (verdict.decides_plateau_level with `earlier`, as
+  Suite.decides): what the level runner does now.
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
 (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
@@ -77,41 +78,46 @@ def old_interval(records, res):
     return (None if sd <= 1e-9 * rates.mean() else float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))), k
 
 
-def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | None,
-               cap: float) -> dict[str, float | None]:
+def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | None, cap: float,
+               earlier=()) -> tuple[dict[str, float | None], object]:
     """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
-    stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare."""
+    stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare, `earlier` the
+    plateau levels before it as "now" stopped them. Also returns the level's result where "now" stopped it."""
     end = min(max(r.end_time for r in records), t0 + cap)
     stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
-    t, need = t0 + 1.0, max(policy.min_completions, concurrency)
+    rules = {"last": decides_plateau_level(floor, plateau_band, share=0.25) if plateau_band else None,
+             "now": decides_plateau_level(floor, plateau_band, earlier) if plateau_band else None}
+    t, need, at_stop = t0 + 1.0, max(policy.min_completions, concurrency), None
     by_clients = replace(policy, warmup_completions=concurrency)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
-        ok = [r for r in snap if r.ok]
-        e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
-        results = {"last": level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=by_clients,
-                                        now=t, latencies=False, end=LevelEnd(lifetime_s=e2e)),
-                   "now": level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy,
-                                       now=t, latencies=False)}
-        res = results["last"]
-        mean = res.sustained_output_tps
-        if stops["before"] is None and mean and res.completed_in_window >= need and res.window_s >= 3.0:
-            half, k = old_interval(snap, res)
-            if half is not None and k >= 10 and (half / mean <= 0.01
-                                                 or floor_outcome(mean, half, floor) != "inconclusive"):
+        res = level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy, now=t,
+                           latencies=False)
+        mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
+        if stops["before"] is None:  # its window: one generation of clients, then end-to-end lifetimes
+            ok = [r for r in snap if r.ok]
+            e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
+            was = level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=by_clients, now=t,
+                               latencies=False, end=LevelEnd(lifetime_s=e2e))
+            m = was.sustained_output_tps
+            old, k = old_interval(snap, was) if m and was.completed_in_window >= need and was.window_s >= 3.0 \
+                else (None, 0)
+            if old is not None and k >= 10 and (old / m <= 0.01 or floor_outcome(m, old, floor) != "inconclusive"):
                 stops["before"] = t - t0
-        for rule, res in results.items():
-            mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
-            if (stops[rule] is not None or not mean or half is None or res.completed_in_window < need
-                    or res.window_s < 3.0 or not res.lifetime_s
-                    or res.window_s / res.lifetime_s < policy.trusted_window_lifetimes):
+        trusted = (mean and half is not None and res.completed_in_window >= need and res.window_s >= 3.0
+                   and res.lifetime_s and res.window_s / res.lifetime_s >= policy.trusted_window_lifetimes)
+        for rule, plateau in rules.items():
+            if stops[rule] is not None or not trusted:
                 continue
-            decided = (decides_plateau_level(floor, plateau_band)(res) if plateau_band
-                       else floor_outcome(mean, half, floor) != "inconclusive")
+            decided = plateau(res) if plateau else floor_outcome(mean, half, floor) != "inconclusive"
             if half / mean <= policy.ci_target or decided:
                 stops[rule] = t - t0
+                at_stop = res if rule == "now" else at_stop
         t += max(1.0, 0.1 * (t - t0))
-    return stops
+    if at_stop is None:
+        at_stop = level_result(truncated(records, end), concurrency=concurrency, rate=None, isl=128, osl=128,
+                               policy=policy, now=end, latencies=False)
+    return stops, at_stop
 
 
 def measured(a, prof, scale, policy, levels, bf):
@@ -174,17 +180,23 @@ def main() -> None:
     band = prof.measurement.plateau_band
     levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
+    earlier: dict[str, list] = {}
     for cname, level, records, plateau, behind in measured(a, prof, scale, policy, levels, bf):
         cap = capped(bf, cname, level, scale)
         floor = bf.entries(cname, level)["sustained_output_tps"].floor * scale
         t0 = min(r.send_time for r in records)
-        stops = stop_times(records, t0, level, floor, policy, band if plateau else None, cap)
+        stops, res = stop_times(records, t0, level, floor, policy, band if plateau else None, cap,
+                                earlier.get(cname, ()) if plateau else ())
+        if plateau:
+            earlier.setdefault(cname, []).append(res)
+        v, half = res.sustained_output_tps, res.sustained_output_tps_ci95
+        at = f"; now stopped at {v:,.0f} ± {half / v:.2%}" if v and half else ""
         cells = []
         for k, v in stops.items():
             total[k] += (v if v is not None else cap) * a.time_scale
             cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
                          f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
-        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind {behind:.0%}",
+        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind {behind:.0%}{at}",
               flush=True)
     for k, v in total.items():
         print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h)")

@@ -226,6 +226,9 @@ class Suite:
         self.replicates: dict[tuple[str, str, int], list[LevelMeasurement]] = {}  # starts after the first
         self.replicate_spent: dict[str, float] = {}  # per profile: seconds of restarts and re-measured levels
         self.replicate_refused: dict[tuple[str, str, int], str] = {}
+        # per (profile, config, server start): the levels measured on that start, which a later level's stop may
+        # compare itself with (Suite.decides)
+        self.on_start: dict[tuple[str, str, int], dict[int, LevelResult]] = {}
         # Every CPU speed probe of this host in the session: one host, one speed, judged by their mean. One probe
         # moves ±5% on a host with noisy neighbours (2026-12-02: 39.5 and 42.7 minutes apart against a baseline's
         # 48.2), and a config whose lone probe fell just inside the band was judged while the one before was not.
@@ -549,6 +552,7 @@ class Suite:
                          request_timeout_s=m.request_timeout_s)
         bf, _ = self.baseline(run)
         entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
+        start = self.on_start.setdefault((run.profile.name, run.name, run.starts), {})
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
@@ -556,21 +560,26 @@ class Suite:
             meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
                              watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,
                                                run.fingerprint.get("gpu_indices") or None),
-                             decided=self.decides(run, level, entry), client_procs=procs)
+                             decided=self.decides(run, level, entry, start), client_procs=procs)
         except KeyboardInterrupt:
             self.interrupted = True
             raise
+        start[level] = meas.result
         return meas
 
-    def decides(self, run: ConfigRun, level: int, entry):
+    def decides(self, run: ConfigRun, level: int, entry, start: dict[int, LevelResult]):
         """When a level may stop before its interval reaches the profile's ci_target: once its floor is decided, and
         at a level the plateau compares also once its interval is narrow enough for that (cpu-sglang rr32 c48
-        stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%). No baseline
-        entry: the level runs to its precision."""
+        stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%), or once its
+        ratios to the plateau's levels already measured on this server `start` are decided. No baseline entry: the
+        level runs to its precision."""
         if entry is None:
             return None
-        if verdict.plateau_compares(level, run.ceiling, self.levels(run.profile)):
-            return verdict.decides_plateau_level(entry.floor, run.profile.measurement.plateau_band)
+        levels = self.levels(run.profile)
+        if verdict.plateau_compares(level, run.ceiling, levels):
+            earlier = [r for lv, r in sorted(start.items())
+                       if r.valid and lv < level and verdict.plateau_compares(lv, run.ceiling, levels)]
+            return verdict.decides_plateau_level(entry.floor, run.profile.measurement.plateau_band, earlier)
         return decides_floor(entry.floor)
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:

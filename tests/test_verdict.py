@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from sglperf.record.baselines import Entry
-from sglperf.records import LevelResult, Summary
+from sglperf.records import Ceiling, LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
 from sglperf.judge.verdict import (PLATEAU_SHARE, check_ab, check_floor, check_plateau, decides_floor,
@@ -81,11 +81,27 @@ def test_a_plateau_level_stops_on_its_floor_only_once_its_interval_is_narrow_eno
     decided_at_5pct = lr(2048, 2000, ci=100)  # 2,000 ± 100: wholly above the floor, but ±5% against a ±7% band
     assert decides_floor(floor)(decided_at_5pct)
     assert not decides_plateau_level(floor, band)(decided_at_5pct)
-    narrow = 2000 * band * PLATEAU_SHARE  # ±1.75%: two such levels' ratio is known to ±2.5%
+    narrow = 2000 * band * PLATEAU_SHARE  # ±2.33%: two such levels' ratio is known to ±3.3%
     assert decides_plateau_level(floor, band)(lr(2048, 2000, ci=narrow))
     assert not decides_plateau_level(floor, band)(lr(2048, 1810, ci=20))  # narrow, but the floor straddled
     assert not decides_plateau_level(floor, band)(lr(2048, 2000, ci=None))
 
+
+def test_a_later_plateau_level_stops_once_its_ratio_to_the_earlier_one_is_decided_as_check_plateau_decides_it():
+    floor, band = 1800.0, 0.07
+    c2048 = lr(2048, 2000, ci=2000 * band * PLATEAU_SHARE)  # stopped at ±2.33%
+    flat = lr(3072, 1980, ci=80)  # -1% at ±4%: the ratio's 90% interval is -1% ± 3.9%, inside ±7%
+    assert not decides_plateau_level(floor, band)(flat), "alone, ±4% is too wide for the band"
+    assert decides_plateau_level(floor, band, [c2048])(flat)
+    ceiling = Ceiling(kv=1935, cap=2048, effective=1935, binding="kv", tokens_per_request=256)
+    both = {2048: dataclasses.replace(c2048, server_max_running=1935, server_mean_running=1935, server_mean_queued=100),
+            3072: dataclasses.replace(flat, server_max_running=1935, server_mean_running=1935, server_mean_queued=1100)}
+    assert check_plateau(both, ceiling, band=band).outcome == "pass", "what stopped the level is what the plateau says"
+    sagging = lr(3072, 1900, ci=76)  # -5% at ±4%: straddles the band's edge, so the level runs on
+    assert not decides_plateau_level(floor, band, [c2048])(sagging)
+    fallen = lr(3072, 1600, ci=64)  # -20%, wholly outside: violated, decided (its floor too: below it)
+    assert decides_plateau_level(1500.0, band, [c2048])(fallen)
+    assert not decides_plateau_level(floor, band, [c2048])(lr(3072, 1810, ci=80)), "the floor still straddled"
 
 def test_the_levels_the_plateau_compares_are_those_check_plateau_judges():
     cap = predict_ceiling(495_488, 64, 128, 128, 1024)  # binds at 1024
