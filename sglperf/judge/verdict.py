@@ -402,13 +402,13 @@ def plateau_compares(level: int, ceiling: Ceiling | None, levels) -> bool:
     return level > ceiling.effective or sum(lv > level for lv in levels) < 2
 
 
-def decides_plateau_level(floor: float, band: float, earlier: Iterable[LevelResult] = (), share: float | None = None):
+def decides_plateau_level(floor: float, band: float, earlier: Iterable[LevelResult] = (),
+                          share: float = PLATEAU_SHARE):
     """For a level the plateau compares: stop once its floor is decided and its interval is narrow enough for the
-    plateau's ratios (PLATEAU_SHARE of the band), not only for the floor. A level measured after others the plateau
+    plateau's ratios (`share` of the band), not only for the floor. A level measured after others the plateau
     compares, on the same server start (`earlier`), may stop sooner: once its ratio to each of them is decided with
-    the intervals both have, as check_plateau will decide it (sim-seed's rr1024 c3072 ran 119 s where its ratio to
-    c2048, 0.99, was decided at 67 s and ±3.4%: docs/measurement.md)."""
-    earlier, share = tuple(earlier), PLATEAU_SHARE if share is None else share
+    the intervals both have, as check_plateau will decide it (docs/measurement.md, the nightly's time to verdict)."""
+    earlier = tuple(earlier)
 
     def decided(r: LevelResult) -> bool:
         v, half = r.sustained_output_tps, r.sustained_output_tps_ci95
@@ -416,8 +416,10 @@ def decides_plateau_level(floor: float, band: float, earlier: Iterable[LevelResu
             return False
         if half / v <= band * share:
             return True
-        return bool(earlier) and all(e.sustained_output_tps and ratio_outcome(
-            v / e.sustained_output_tps, math.hypot(_rel_ci(e), half / v), band) != "unsure" for e in earlier)
+        return bool(earlier) and all(
+            e.sustained_output_tps and ratio_outcome(v / e.sustained_output_tps, math.hypot(_rel_ci(e), half / v),
+                                                     band) != "unsure"
+            for e in earlier)
     return decided
 
 
