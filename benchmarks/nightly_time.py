@@ -3,11 +3,12 @@ once, long enough for every stopping rule, and the same records are then replaye
 when each would have stopped:
 - before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
 - last: a window of 3 service lifetimes (metrics.service_lifetime) after a warm-up of the running requests, the
-  interval of measure/intervals.py, converged or decided (a plateau level: also within a quarter of the band): the
-  rule until 2026-12-04;
-- now: as last with a third of the band (verdict.PLATEAU_SHARE), and a plateau level measured after another also
-  stops once its ratio to it is decided with both intervals (verdict.decides_plateau_level with `earlier`, as
-  Suite.decides): what the level runner does now.
+  interval converged or decided (a plateau level: also within a third of the band, verdict.PLATEAU_SHARE, and a
+  plateau level measured after another also once its ratio to it is decided with both intervals:
+  verdict.decides_plateau_level with `earlier`, as Suite.decides), with the interval until 2026-12-04: 10 equal
+  batches below 5 service lifetimes;
+- now: as last with the interval of measure/intervals.py now: phased batches from 3 whole lifetimes
+  (intervals.MIN_PHASED): what the level runner does now.
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
 (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
@@ -27,6 +28,7 @@ import json
 import math
 import sys
 import tempfile
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from sglperf.fileio import atomic_write_json, write_jsonl  # noqa: E402
 from sglperf.judge.verdict import decides_plateau_level, floor_outcome, plateau_compares  # noqa: E402
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
+from sglperf.measure import intervals  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
 from sglperf.measure.level import LevelSpec, measure_level  # noqa: E402
 from sglperf.measure.metrics import LevelEnd, MeasurementPolicy, level_result, token_arrivals  # noqa: E402
@@ -78,22 +81,38 @@ def old_interval(records, res):
     return (None if sd <= 1e-9 * rates.mean() else float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))), k
 
 
+@contextmanager
+def equal_batches_below_aligned():
+    """The interval until 2026-12-04: 10 equal batches wherever whole-lifetime batches do not yet apply."""
+    was, intervals.MIN_PHASED = intervals.MIN_PHASED, intervals.MIN_ALIGNED
+    try:
+        yield
+    finally:
+        intervals.MIN_PHASED = was
+
+
 def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | None, cap: float,
-               earlier=()) -> tuple[dict[str, float | None], object]:
+               earlier: dict[str, tuple] | None = None) -> tuple[dict[str, float | None], dict[str, object]]:
     """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
-    stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare, `earlier` the
-    plateau levels before it as "now" stopped them. Also returns the level's result where "now" stopped it."""
+    stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare, `earlier[rule]` the
+    plateau levels before it as that rule stopped them. Also returns the level's result where "last" and "now"
+    stopped it."""
     end = min(max(r.end_time for r in records), t0 + cap)
     stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
-    rules = {"last": decides_plateau_level(floor, plateau_band, share=0.25) if plateau_band else None,
-             "now": decides_plateau_level(floor, plateau_band, earlier) if plateau_band else None}
-    t, need, at_stop = t0 + 1.0, max(policy.min_completions, concurrency), None
+    earlier = earlier or {}
+    rules = {rule: decides_plateau_level(floor, plateau_band, earlier.get(rule, ())) if plateau_band else None
+             for rule in ("last", "now")}
+    t, need, at_stop = t0 + 1.0, max(policy.min_completions, concurrency), {}
     by_clients = replace(policy, warmup_completions=concurrency)
+
+    def result(snap, t):
+        return level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy, now=t,
+                            latencies=False)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
-        res = level_result(snap, concurrency=concurrency, rate=None, isl=128, osl=128, policy=policy, now=t,
-                           latencies=False)
-        mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
+        with equal_batches_below_aligned():
+            results = {"last": result(snap, t)}
+        results["now"] = result(snap, t)
         if stops["before"] is None:  # its window: one generation of clients, then end-to-end lifetimes
             ok = [r for r in snap if r.ok]
             e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
@@ -104,19 +123,22 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
                 else (None, 0)
             if old is not None and k >= 10 and (old / m <= 0.01 or floor_outcome(m, old, floor) != "inconclusive"):
                 stops["before"] = t - t0
-        trusted = (mean and half is not None and res.completed_in_window >= need and res.window_s >= 3.0
-                   and res.lifetime_s and res.window_s / res.lifetime_s >= policy.trusted_window_lifetimes)
         for rule, plateau in rules.items():
+            res = results[rule]
+            mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
+            trusted = (mean and half is not None and res.completed_in_window >= need and res.window_s >= 3.0
+                       and res.lifetime_s and res.window_s / res.lifetime_s >= policy.trusted_window_lifetimes)
             if stops[rule] is not None or not trusted:
                 continue
             decided = plateau(res) if plateau else floor_outcome(mean, half, floor) != "inconclusive"
             if half / mean <= policy.ci_target or decided:
                 stops[rule] = t - t0
-                at_stop = res if rule == "now" else at_stop
+                at_stop[rule] = res
         t += max(1.0, 0.1 * (t - t0))
-    if at_stop is None:
-        at_stop = level_result(truncated(records, end), concurrency=concurrency, rate=None, isl=128, osl=128,
-                               policy=policy, now=end, latencies=False)
+    for rule in ("last", "now"):
+        if rule not in at_stop:
+            with equal_batches_below_aligned() if rule == "last" else nullcontext():
+                at_stop[rule] = result(truncated(records, end), end)
     return stops, at_stop
 
 
@@ -180,15 +202,18 @@ def main() -> None:
     band = prof.measurement.plateau_band
     levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
-    earlier: dict[str, list] = {}
+    earlier: dict[str, dict[str, tuple]] = {}
     for cname, level, records, plateau, behind in measured(a, prof, scale, policy, levels, bf):
         cap = capped(bf, cname, level, scale)
         floor = bf.entries(cname, level)["sustained_output_tps"].floor * scale
         t0 = min(r.send_time for r in records)
-        stops, res = stop_times(records, t0, level, floor, policy, band if plateau else None, cap,
-                                earlier.get(cname, ()) if plateau else ())
+        mine = earlier.setdefault(cname, {"last": (), "now": ()})
+        stops, at_stop = stop_times(records, t0, level, floor, policy, band if plateau else None, cap,
+                                    mine if plateau else None)
         if plateau:
-            earlier.setdefault(cname, []).append(res)
+            for rule in mine:
+                mine[rule] += (at_stop[rule],)
+        res = at_stop["now"]
         v, half = res.sustained_output_tps, res.sustained_output_tps_ci95
         at = f"; now stopped at {v:,.0f} ± {half / v:.2%}" if v and half else ""
         cells = []

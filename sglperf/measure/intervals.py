@@ -39,18 +39,26 @@ def sustained_interval(times: np.ndarray, tokens: np.ndarray, window: tuple[floa
     a zero spread on deterministic ones; the AR(1) factor and the resolution mend both. Never zero for a window that
     holds tokens: a server too steady to show spread is known to its counting resolution, no better.
 
-    Given the service `lifetime` (metrics.service_lifetime) and a window of at least MIN_ALIGNED of them, the
-    batches are whole lifetimes (aligned_batches): a closed loop's cohorts prefill and decode once per lifetime, and
-    a batch that holds part of that cycle measures where it cut it, not the server's rate."""
+    Given the service `lifetime` (metrics.service_lifetime), batches follow a closed loop's cycle: its cohorts
+    prefill and decode once per lifetime, and a batch that holds part of that cycle measures where it cut it, not
+    the server's rate. From MIN_ALIGNED lifetimes the batches are whole lifetimes (aligned_batches); from
+    MIN_PHASED, too few for that, each whole lifetime is cut into PHASES parts and the spread is taken after each
+    part's mean over the lifetimes is removed (phased_spread)."""
     s, e = window
     length = e - s
     inside = (times >= s) & (times < e)
     if length <= 0 or not inside.any():
         return Interval(0.0, None, 0)
-    k, spread_window = aligned_batches(window, batches, lifetime)
-    rates = batch_rates(times, tokens, spread_window, k)
     rate = float(tokens[inside].sum() / length)
-    r1 = lag1(rates)
+    n = whole_lifetimes(window, lifetime)
+    if MIN_PHASED <= n < MIN_ALIGNED:
+        spread_window = (s, s + n * lifetime)
+        k, deviations, df = n * PHASES, *phased_spread(batch_rates(times, tokens, spread_window, n * PHASES), n)
+    else:
+        k, spread_window = aligned_batches(window, batches, lifetime)
+        rates = batch_rates(times, tokens, spread_window, k)
+        deviations, df = rates - rates.mean(), k - 1
+    r1 = lag1(deviations)
     # the lag-1 estimate from a few batches is biased low by about (1 + 4 rho) / k (Marriott and Pope, 1954)
     # (corrected wherever it is positive: only correcting above its own noise, 1 / sqrt(k), left correlated streams
     # at 92% coverage; independent ones pay ~7% of width for it, docs/measurement.md)
@@ -59,14 +67,29 @@ def sustained_interval(times: np.ndarray, tokens: np.ndarray, window: tuple[floa
     # quantile taken at the effective degrees of freedom; the batches' standard error is scaled from their span to
     # the window's (a tail of the window shorter than a batch is in the rate, not in the batches)
     inflation = (1 + rho) / (1 - rho)
-    df = max(2.0, (k - 1) / inflation)
+    sd = math.sqrt(float((deviations * deviations).sum()) / df)
     covered = (spread_window[1] - spread_window[0]) / length
-    spread = float(stats.t.ppf(0.975, df) * rates.std(ddof=1) / math.sqrt(k / covered)) * math.sqrt(inflation)
+    spread = float(stats.t.ppf(0.975, max(2.0, df / inflation)) * sd / math.sqrt(k / covered)) * math.sqrt(inflation)
     res = resolution(times[inside], tokens[inside], window, batches, rate)
     return Interval(rate, math.hypot(spread, res), k, round(rho, 3), res)
 
 
 MIN_ALIGNED = 5  # whole-lifetime batches from this many on: fewer leave the t quantile and the lag-1 estimate wild
+MIN_PHASED = 3  # phased batches from this many whole lifetimes (validity's trusted window) up to MIN_ALIGNED
+PHASES = 3  # parts of a lifetime in phased batches: (n - 1) x 3 degrees of freedom, 6 at 3 lifetimes
+
+
+def whole_lifetimes(window: tuple[float, float], lifetime: float | None) -> int:
+    return int((window[1] - window[0]) / lifetime + 1e-9) if lifetime and lifetime > 0 else 0
+
+
+def phased_spread(rates: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """(deviations, degrees of freedom) of batches that cut n whole lifetimes into PHASES parts each, in time order:
+    each part's deviation from the same part's mean over the n lifetimes. A closed loop's cycle repeats every
+    lifetime, so what is left is what moves the rate between lifetimes; the window's mean over whole lifetimes holds
+    every part equally, so the parts' own means are no error of it. (n - 1) x PHASES degrees of freedom."""
+    by_lifetime = rates.reshape(n, -1)
+    return (by_lifetime - by_lifetime.mean(axis=0)).ravel(), (n - 1) * by_lifetime.shape[1]
 
 
 def aligned_batches(window: tuple[float, float], batches: int,
@@ -78,7 +101,7 @@ def aligned_batches(window: tuple[float, float], batches: int,
     quantile and lag-1 correction widened the interval about 2.5-fold at once: a level that ran on read less
     precise (docs/measurement.md). One lifetime a batch at any length undercovers correlated streams (92.7%)."""
     s, e = window
-    if not lifetime or lifetime <= 0 or (e - s) < MIN_ALIGNED * lifetime:
+    if whole_lifetimes(window, lifetime) < MIN_ALIGNED:
         return batches, window
     m = max(1, round((e - s) / (batches * lifetime)))
     per = m * lifetime

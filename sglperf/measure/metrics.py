@@ -8,8 +8,9 @@ Definitions (documented in the README, pinned by tests/test_metrics.py):
   benchmark/steady_state.py, which uses the run's peak in-flight instead of the target.
 - sustained output tok/s: tokens whose chunk arrived inside the window / window length. Total adds the prompt
   tokens of requests whose first token arrived inside the window (their prefill finished there).
-- 95% CI: intervals.sustained_interval: 10 equal batches' means (t, inflated for their lag-1 correlation) and the
-  counting resolution at the window's edges, in quadrature.
+- 95% CI: intervals.sustained_interval: batch means that follow the closed loop's cycle (10 equal batches, phased
+  thirds of 3-4 whole lifetimes, or whole lifetimes; t, inflated for their lag-1 correlation) and the counting
+  resolution at the window's edges, in quadrature.
 - whole-run: bench_serving's definition: completion tokens of successful requests / (last end - first send).
 - peak: the best 1-second bucket of token arrivals since the first send (bench_serving's "peak output").
 - latencies: over successful requests sent inside the window (all successful ones if none): TTFT, TPOT
