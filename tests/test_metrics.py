@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from sglperf.measure.intervals import sustained_interval
-from sglperf.measure.metrics import (ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result,
-                                    peak_bucket, regime_shift, steady_state_window, summarize,
+from sglperf.measure.metrics import (ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, first_generation,
+                                    level_result, peak_bucket, regime_shift, steady_state_window, summarize,
                                     time_average_inflight, token_arrivals)
 from sglperf.records import ERROR_KINDS, RequestRecord, ServerSample
 
@@ -198,6 +198,18 @@ def test_a_queued_level_counts_its_window_in_service_lifetimes_not_in_the_wait_f
     assert res.window_start == pytest.approx(1.0, abs=0.01)
     # a 3-s window: 1.5 end-to-end lifetimes (too short, counted so), 3 service lifetimes
     assert res.valid, res.invalid_reasons
+
+
+@pytest.mark.parametrize("clients", [20, 24, 33, 40])
+def test_a_queued_level_s_warm_up_is_the_running_batch_counted_not_estimated(clients):
+    """16 slots: Little's law (clients x service / end-to-end) read 16.5-20 running requests here (sim-seed's c2048
+    on 1,024 slots: 1,047), and the warm-up waited for a completion of the second generation, a lifetime lost.
+    The 16 requests with a first token before the first one finished are the batch: the window opens at 1 s."""
+    recs = queued_closed_loop(clients, 16, 1.0, 8.0)
+    res = level_result(recs, concurrency=clients, rate=None, isl=100, osl=10, policy=MeasurementPolicy())
+    assert first_generation(recs) == 16
+    assert res.window_start == pytest.approx(1.0, abs=0.01)
+    assert res.sustained_output_tps == pytest.approx(160.0, rel=0.01)
 
 
 def test_an_unqueued_level_s_service_lifetime_is_its_lifetime():

@@ -106,6 +106,17 @@ def warmup_end(records: list[RequestRecord], n: int) -> float | None:
     return ends[n - 1] if n > 0 else min(r.send_time for r in records)
 
 
+def first_generation(records: list[RequestRecord]) -> int | None:
+    """How many requests the server was serving when the first one finished: those with a first token before it. A
+    closed loop's running batch at its start, counted, not estimated (`running` from Little's law overshot a running
+    limit of 1,024 by 2%, and the warm-up then waited for the 1,047th completion: a second generation)."""
+    ends = [r.end_time for r in records if r.ok]
+    if not ends:
+        return None
+    first_end = min(ends)
+    return sum(1 for r in records if r.first_token_time is not None and r.first_token_time < first_end) or None
+
+
 def service_lifetime(ok: list[RequestRecord], e2e: float | None) -> float | None:
     """How long a request is served: its median decode (first token to end) plus its prefill (the fastest time to
     first token). Past the server's running limit a request's end-to-end lifetime also holds its wait for a slot,
@@ -383,6 +394,7 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     lifetime = end.lifetime_s if end.lifetime_s is not None else service_lifetime(ok, e2e)
     in_flight = concurrency if concurrency is not None else max(1, round(rate * (e2e or 1.0))) if rate else 1
     running = max(1, round(in_flight * lifetime / e2e)) if lifetime and e2e else in_flight
+    running = min(running, first_generation(records) or running)
     w_end = warmup_end(records, policy.warmup_completions if policy.warmup_completions is not None else running)
     st = LevelStats(concurrency, now, done, ok, Counter(r.error for r in done if r.error), lifetime, w_end,
                     window=end.window)
