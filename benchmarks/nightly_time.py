@@ -3,12 +3,11 @@ once, long enough for every stopping rule, and the same records are then replaye
 when each would have stopped:
 - before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
 - last: a window of 3 service lifetimes (metrics.service_lifetime) after a warm-up of the running requests, the
-  interval converged or decided (a plateau level: also within a third of the band, verdict.PLATEAU_SHARE, and a
-  plateau level measured after another also once its ratio to it is decided with both intervals:
-  verdict.decides_plateau_level with `earlier`, as Suite.decides), with the interval until 2026-12-04: 10 equal
-  batches below 5 service lifetimes;
-- now: as last with the interval of measure/intervals.py now: phased batches from 3 whole lifetimes
-  (intervals.MIN_PHASED): what the level runner does now.
+  interval of measure/intervals.py converged or decided (a plateau level: also within a third of the band,
+  verdict.PLATEAU_SHARE, and a plateau level measured after another also once its ratio to it is decided with both
+  intervals: verdict.decides_plateau_level with `earlier`): the rule until 2026-12-04's nineteenth session;
+- now: as last, the plateau levels' share from the ratios the baseline measured among them (verdict.plateau_share,
+  as Suite.decides): what the level runner does now.
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
 (server starts excluded: GLM-5's weight loading is not the suite's to shorten).
 
@@ -28,7 +27,6 @@ import json
 import math
 import sys
 import tempfile
-from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglperf import engines, profiles  # noqa: E402
 from sglperf.fileio import atomic_write_json, write_jsonl  # noqa: E402
-from sglperf.judge.verdict import decides_plateau_level, floor_outcome, plateau_compares  # noqa: E402
+from sglperf.judge.verdict import PLATEAU_SHARE, decides_plateau_level, floor_outcome, plateau_compares, \
+    plateau_share, ratio_outcome  # noqa: E402
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
-from sglperf.measure import intervals  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
 from sglperf.measure.level import LevelSpec, measure_level  # noqa: E402
 from sglperf.measure.metrics import LevelEnd, MeasurementPolicy, level_result, token_arrivals  # noqa: E402
@@ -81,26 +79,19 @@ def old_interval(records, res):
     return (None if sd <= 1e-9 * rates.mean() else float(stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k))), k
 
 
-@contextmanager
-def equal_batches_below_aligned():
-    """The interval until 2026-12-04: 10 equal batches wherever whole-lifetime batches do not yet apply."""
-    was, intervals.MIN_PHASED = intervals.MIN_PHASED, intervals.MIN_ALIGNED
-    try:
-        yield
-    finally:
-        intervals.MIN_PHASED = was
-
-
 def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | None, cap: float,
-               earlier: dict[str, tuple] | None = None) -> tuple[dict[str, float | None], dict[str, object]]:
+               earlier: dict[str, tuple] | None = None, share: float = PLATEAU_SHARE
+               ) -> tuple[dict[str, float | None], dict[str, object]]:
     """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
     stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare, `earlier[rule]` the
-    plateau levels before it as that rule stopped them. Also returns the level's result where "last" and "now"
+    plateau levels before it as that rule stopped them, `share` the plateau levels' share of the band under "now".
+    Also returns the level's result where "last" and "now"
     stopped it."""
     end = min(max(r.end_time for r in records), t0 + cap)
     stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
     earlier = earlier or {}
-    rules = {rule: decides_plateau_level(floor, plateau_band, earlier.get(rule, ())) if plateau_band else None
+    rules = {rule: decides_plateau_level(floor, plateau_band, earlier.get(rule, ()),
+                                         share=share if rule == "now" else PLATEAU_SHARE) if plateau_band else None
              for rule in ("last", "now")}
     t, need, at_stop = t0 + 1.0, max(policy.min_completions, concurrency), {}
     by_clients = replace(policy, warmup_completions=concurrency)
@@ -110,9 +101,8 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
                             latencies=False)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
-        with equal_batches_below_aligned():
-            results = {"last": result(snap, t)}
-        results["now"] = result(snap, t)
+        results = {"last": result(snap, t)}
+        results["now"] = results["last"]
         if stops["before"] is None:  # its window: one generation of clients, then end-to-end lifetimes
             ok = [r for r in snap if r.ok]
             e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
@@ -137,14 +127,13 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
         t += max(1.0, 0.1 * (t - t0))
     for rule in ("last", "now"):
         if rule not in at_stop:
-            with equal_batches_below_aligned() if rule == "last" else nullcontext():
-                at_stop[rule] = result(truncated(records, end), end)
+            at_stop[rule] = result(truncated(records, end), end)
     return stops, at_stop
 
 
 def measured(a, prof, scale, policy, levels, bf):
-    """(config, level, records, plateau?, the simulator's share behind real time) per level: run, or read back from
-    --replay; written to --keep."""
+    """(config, level, records, plateau?, the simulator's share behind real time, the config's levels the plateau
+    compares) per level: run, or read back from --replay; written to --keep."""
     if a.replay:
         meta = json.loads((Path(a.replay) / "meta.json").read_text())
         for row in meta["levels"]:
@@ -152,7 +141,8 @@ def measured(a, prof, scale, policy, levels, bf):
             records = [RequestRecord(**{k: tuple(v) if k in ("chunk_times", "chunk_tokens") else v
                                         for k, v in json.loads(line).items()})
                        for line in gzip.decompress(path.read_bytes()).splitlines()]
-            yield row["config"], row["level"], records, row["plateau"], row["behind"]
+            compared = [r["level"] for r in meta["levels"] if r["config"] == row["config"] and r["plateau"]]
+            yield row["config"], row["level"], records, row["plateau"], row["behind"], compared
         return
     engine = engines.get("sim")
     logs = Path(tempfile.mkdtemp(prefix="sglperf-nightly-"))
@@ -162,8 +152,9 @@ def measured(a, prof, scale, policy, levels, bf):
         srv = launch(LaunchSpec(cname, argv, logs, launch_timeout_s=120, terminate_timeout_s=30))
         try:
             ceiling = engine.ceiling(engine.server_info(srv.url, None), prof.workload.isl, prof.workload.osl)
+            compared = [lv for lv in levels if plateau_compares(lv, ceiling, levels)]
             for level in levels:
-                plateau = plateau_compares(level, ceiling, levels)
+                plateau = level in compared
                 cap = capped(bf, cname, level, scale)
                 spec = LevelSpec(concurrency=level, max_seconds=cap, stall_timeout_s=60, request_timeout_s=3600)
                 m = run_loop(measure_level(Target(srv.url), prof.workload.client_workload(), spec,
@@ -173,7 +164,7 @@ def measured(a, prof, scale, policy, levels, bf):
                     write_jsonl(Path(a.keep) / f"{cname}-c{level}.records.jsonl.gz", m.records)
                     kept.append({"config": cname, "level": level, "plateau": plateau, "behind": behind})
                     atomic_write_json(Path(a.keep) / "meta.json", {"time_scale": a.time_scale, "levels": kept})
-                yield cname, level, m.records, plateau, behind
+                yield cname, level, m.records, plateau, behind, compared
         finally:
             srv.stop()
 
@@ -203,13 +194,14 @@ def main() -> None:
     levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
     earlier: dict[str, dict[str, tuple]] = {}
-    for cname, level, records, plateau, behind in measured(a, prof, scale, policy, levels, bf):
+    for cname, level, records, plateau, behind, compared in measured(a, prof, scale, policy, levels, bf):
         cap = capped(bf, cname, level, scale)
         floor = bf.entries(cname, level)["sustained_output_tps"].floor * scale
         t0 = min(r.send_time for r in records)
         mine = earlier.setdefault(cname, {"last": (), "now": ()})
+        share = plateau_share(band, [bf.entries(cname, lv)["sustained_output_tps"].value for lv in compared])
         stops, at_stop = stop_times(records, t0, level, floor, policy, band if plateau else None, cap,
-                                    mine if plateau else None)
+                                    mine if plateau else None, share)
         if plateau:
             for rule in mine:
                 mine[rule] += (at_stop[rule],)
@@ -223,6 +215,14 @@ def main() -> None:
                          f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
         print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind {behind:.0%}{at}",
               flush=True)
+        if plateau and len(mine["now"]) == len(compared) > 1:  # the plateau's ratios as "now" stopped its levels
+            first, *rest = mine["now"]
+            for lv, r in zip(compared[1:], rest):
+                ratio = r.sustained_output_tps / first.sustained_output_tps
+                noise = math.hypot(first.sustained_output_tps_ci95 / first.sustained_output_tps,
+                                   r.sustained_output_tps_ci95 / r.sustained_output_tps)
+                print(f"  {cname} plateau at now's stops: c{lv} / c{compared[0]} = {ratio:.3f} ± {noise:.2%}: "
+                      f"{ratio_outcome(ratio, noise, band)} (band ±{band:.0%}, share {share:.2f})")
     for k, v in total.items():
         print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h)")
 

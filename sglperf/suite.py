@@ -579,7 +579,12 @@ class Suite:
         if verdict.plateau_compares(level, run.ceiling, levels):
             earlier = [r for lv, r in sorted(start.items())
                        if r.valid and lv < level and verdict.plateau_compares(lv, run.ceiling, levels)]
-            return verdict.decides_plateau_level(entry.floor, run.profile.measurement.plateau_band, earlier)
+            band = run.profile.measurement.plateau_band
+            bf, _ = self.baseline(run)
+            means = [e.value for lv in levels if verdict.plateau_compares(lv, run.ceiling, levels)
+                     and (e := bf.entries(run.name, lv).get("sustained_output_tps"))] if bf else []
+            return verdict.decides_plateau_level(entry.floor, band, earlier,
+                                                 share=verdict.plateau_share(band, means))
         return decides_floor(entry.floor)
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:

@@ -1,5 +1,6 @@
 """Verdicts: the KV-ceiling prediction, plateau band and attribution, floors, and the A/B with measured noise."""
 
+import math
 import dataclasses
 
 import pytest
@@ -9,7 +10,7 @@ from sglperf.records import Ceiling, LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
 from sglperf.judge.verdict import (PLATEAU_SHARE, check_ab, check_floor, check_plateau, decides_floor,
-                                   decides_plateau_level, plateau_compares)
+                                   decides_plateau_level, plateau_compares, plateau_share, ratio_outcome)
 
 S = Summary(None, None, None, None, 0)
 
@@ -85,6 +86,18 @@ def test_a_plateau_level_stops_on_its_floor_only_once_its_interval_is_narrow_eno
     assert decides_plateau_level(floor, band)(lr(2048, 2000, ci=narrow))
     assert not decides_plateau_level(floor, band)(lr(2048, 1810, ci=20))  # narrow, but the floor straddled
     assert not decides_plateau_level(floor, band)(lr(2048, 2000, ci=None))
+
+
+def test_a_plateau_the_baseline_measured_flat_lets_its_levels_stop_at_half_the_band_and_a_sagging_one_keeps_a_third():
+    band = 0.07
+    flat = plateau_share(band, [15830.1, 15655.9])  # sim-seed's baseline: c3072 / c2048 = 0.989
+    assert flat == 0.5
+    half = 2000 * band * flat  # ±3.5% each: the baseline's ratio still decides (TOST) with both levels that wide
+    assert ratio_outcome(0.989, math.hypot(half / 2000, half / 2000), band) == "pass"
+    assert decides_plateau_level(1800.0, band, share=flat)(lr(2048, 2000, ci=half))
+    assert not decides_plateau_level(1800.0, band)(lr(2048, 2000, ci=half)), "a third without a baseline's ratio"
+    assert plateau_share(band, [2000, 1900]) == PLATEAU_SHARE  # -5%: no wider than today's third
+    assert plateau_share(band, [2000]) == PLATEAU_SHARE  # one level: nothing to say how flat
 
 
 def test_a_later_plateau_level_stops_once_its_ratio_to_the_earlier_one_is_decided_as_check_plateau_decides_it():

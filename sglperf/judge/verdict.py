@@ -392,6 +392,24 @@ def decides_floor(floor: float):
 # ratio up to 72% of the band still decides as the later one narrows. A quarter (until 2026-12-04) kept sim-seed's
 # rr2048 c2048 running 32 of the nightly's minutes for a ratio that was decided at a third (docs/measurement.md).
 PLATEAU_SHARE = 1 / 3
+# Where the baseline measured the plateau flat, the first level may stop wider, up to half the band: two levels at a
+# share s decide (TOST) every ratio within B x (1 - TOST_SHARE x sqrt(2) x s) of 1, and plateau_share gives the
+# widest s at which the baseline's own ratio still decides. Half the band at most: two such levels still decide any
+# ratio within 41% of it, and a plateau that moved further since its baseline has its later level run on, then the
+# profile's re-measure. sim-seed's plateaus read 0.989-0.990 in its baseline (docs/measurement.md).
+PLATEAU_SHARE_MAX = 1 / 2
+
+
+def plateau_share(band: float, baseline_means: Iterable[float]) -> float:
+    """How wide a plateau level's interval may be (a share of the band) for the ratios the baseline measured among
+    the levels the plateau compares (`baseline_means`, one config) to decide with both levels that wide: between
+    PLATEAU_SHARE and PLATEAU_SHARE_MAX; PLATEAU_SHARE where the baseline has fewer than two of them."""
+    means = [m for m in baseline_means if m and m > 0]
+    if len(means) < 2 or band <= 0:
+        return PLATEAU_SHARE
+    lean = max(abs(a / b - 1) for a in means for b in means)
+    widest = (1 - lean / band) / (TOST_SHARE * math.sqrt(2))
+    return min(PLATEAU_SHARE_MAX, max(PLATEAU_SHARE, widest))
 
 
 def plateau_compares(level: int, ceiling: Ceiling | None, levels) -> bool:
