@@ -85,8 +85,7 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
     """When each rule would have stopped the level (seconds after t0, within its `cap`: the drain after it is no
     stop), replaying its checks; `plateau_band` is None at a level the plateau does not compare, `earlier[rule]` the
     plateau levels before it as that rule stopped them, `share` the plateau levels' share of the band under "now".
-    Also returns the level's result where "last" and "now"
-    stopped it."""
+    Also returns the level's result where "last" and "now" stopped it."""
     end = min(max(r.end_time for r in records), t0 + cap)
     stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
     earlier = earlier or {}
@@ -101,8 +100,7 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
                             latencies=False)
     while t <= end and None in stops.values():
         snap = truncated(records, t)
-        results = {"last": result(snap, t)}
-        results["now"] = results["last"]
+        res = result(snap, t)  # one interval for both rules: they differ only in the plateau's share
         if stops["before"] is None:  # its window: one generation of clients, then end-to-end lifetimes
             ok = [r for r in snap if r.ok]
             e2e = float(np.median([r.end_time - r.send_time for r in ok])) if ok else None
@@ -114,7 +112,6 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
             if old is not None and k >= 10 and (old / m <= 0.01 or floor_outcome(m, old, floor) != "inconclusive"):
                 stops["before"] = t - t0
         for rule, plateau in rules.items():
-            res = results[rule]
             mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
             trusted = (mean and half is not None and res.completed_in_window >= need and res.window_s >= 3.0
                        and res.lifetime_s and res.window_s / res.lifetime_s >= policy.trusted_window_lifetimes)

@@ -551,7 +551,6 @@ class Suite:
                          min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s,
                          request_timeout_s=m.request_timeout_s)
         bf, _ = self.baseline(run)
-        entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         start = self.on_start.setdefault((run.profile.name, run.name, run.starts), {})
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
@@ -560,32 +559,31 @@ class Suite:
             meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
                              watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,
                                                run.fingerprint.get("gpu_indices") or None),
-                             decided=self.decides(run, level, entry, start), client_procs=procs)
+                             decided=self.decides(run, level, bf, start), client_procs=procs)
         except KeyboardInterrupt:
             self.interrupted = True
             raise
         start[level] = meas.result
         return meas
 
-    def decides(self, run: ConfigRun, level: int, entry, start: dict[int, LevelResult]):
+    def decides(self, run: ConfigRun, level: int, bf, start: dict[int, LevelResult]):
         """When a level may stop before its interval reaches the profile's ci_target: once its floor is decided, and
         at a level the plateau compares also once its interval is narrow enough for that (cpu-sglang rr32 c48
         stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%), or once its
-        ratios to the plateau's levels already measured on this server `start` are decided. No baseline entry: the
+        ratios to the plateau's levels already measured on this server `start` are decided; how narrow is the
+        share of the band the ratios the baseline `bf` measured among those levels allow. No baseline entry: the
         level runs to its precision."""
+        entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         if entry is None:
             return None
         levels = self.levels(run.profile)
-        if verdict.plateau_compares(level, run.ceiling, levels):
-            earlier = [r for lv, r in sorted(start.items())
-                       if r.valid and lv < level and verdict.plateau_compares(lv, run.ceiling, levels)]
-            band = run.profile.measurement.plateau_band
-            bf, _ = self.baseline(run)
-            means = [e.value for lv in levels if verdict.plateau_compares(lv, run.ceiling, levels)
-                     and (e := bf.entries(run.name, lv).get("sustained_output_tps"))] if bf else []
-            return verdict.decides_plateau_level(entry.floor, band, earlier,
-                                                 share=verdict.plateau_share(band, means))
-        return decides_floor(entry.floor)
+        compared = [lv for lv in levels if verdict.plateau_compares(lv, run.ceiling, levels)]
+        if level not in compared:
+            return decides_floor(entry.floor)
+        earlier = [r for lv, r in sorted(start.items()) if r.valid and lv < level and lv in compared]
+        band = run.profile.measurement.plateau_band
+        means = [e.value for lv in compared if (e := bf.entries(run.name, lv).get("sustained_output_tps"))]
+        return verdict.decides_plateau_level(entry.floor, band, earlier, share=verdict.plateau_share(band, means))
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
         return self.measurements.get((profile, config, level))

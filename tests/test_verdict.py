@@ -1,7 +1,7 @@
 """Verdicts: the KV-ceiling prediction, plateau band and attribution, floors, and the A/B with measured noise."""
 
-import math
 import dataclasses
+import math
 
 import pytest
 
