@@ -67,10 +67,12 @@ def _check(run, perf_session):
     v = check_plateau(results, run.ceiling, band=band)
     beyond = [lv for lv in past if lv > run.ceiling.effective]
     compared = beyond if len(beyond) >= 2 else past
-    # undecided: all the levels it compares are measured again on a fresh start, while the profile allows (llama.cpp
-    # on 2 cores ran p4 c32 at 825 then 693 tok/s inside one window: ±60%, and the plateau undecided)
+    # undecided (a ratio's interval straddles the band's edge, or the host disturbed one of its levels): all the levels
+    # it compares are measured again on a fresh start, while the profile allows (llama.cpp on 2 cores ran p4 c32 at
+    # 825 then 693 tok/s inside one window: ±60%, and the plateau undecided)
     while v.outcome == "inconclusive":
-        fresh = run.replicate_levels(compared, f"the plateau was undecided ({'; '.join(v.unsure)[:300]})")
+        why = "; ".join(v.unsure + v.disturbed)
+        fresh = run.replicate_levels(compared, f"the plateau was undecided ({why[:300]})")
         if fresh is None:
             v = _over_starts(run, results, compared, band, v)
             break
@@ -80,14 +82,16 @@ def _check(run, perf_session):
                 pytest.fail(failure, pytrace=False)
         results = {lv: m.result for lv, m in fresh.items()}
         print(f"{run.where}: the plateau's levels c{', c'.join(map(str, compared))} measured again on server start "
-              f"{run.starts} (undecided on the one before: {'; '.join(v.unsure)[:200]})")
+              f"{run.starts} (undecided on the one before: {why[:200]})")
         v = check_plateau(results, run.ceiling, band=band)
     perf_session.recorder(run.profile).set_plateau(run.name, PlateauDoc(
         passed=v.passed, attributed_to=v.attributed_to, reference_level=v.reference_level, levels=list(v.levels_past),
         lines=list(v.lines), problems=list(v.problems), ceiling=run.ceiling.__dict__, outcome=v.outcome,
-        unsure=list(v.unsure)))
+        unsure=list(v.unsure), disturbed=list(v.disturbed)))
     print(v.message)
-    settle([v], where=run.where, against="plateau", log_path=run.log_path)
+    # a ratio the host disturbed that no fresh start could decide: INVALID naming what the host did, never a violation
+    settle([v], where=run.where, against="plateau", log_path=run.log_path,
+           disturbed=v.disturbed if not v.problems and not v.unsure else ())
 
 
 def _over_starts(run, results, compared, band, v):
@@ -98,7 +102,7 @@ def _over_starts(run, results, compared, band, v):
     if over is None:
         return v
     again = check_plateau({**results, **over}, run.ceiling, band=band)
-    note = (f"  undecided on one start ({'; '.join(v.unsure)[:200]}); judged over all starts of "
+    note = (f"  undecided on one start ({'; '.join(v.unsure + v.disturbed)[:200]}); judged over all starts of "
             + ", ".join(f"c{lv} ({len(run.level_starts(lv))})" for lv in compared)
             + ", with the baseline's between-start noise")
     print(f"{run.where}: the plateau{note[1:]}")

@@ -570,8 +570,8 @@ class Suite:
         """When a level may stop before its interval reaches the profile's ci_target: once its floor is decided, and
         at a level the plateau compares also once its interval is narrow enough for that (cpu-sglang rr32 c48
         stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%), or once its
-        ratios to the plateau's levels already measured on this server `start` are decided; how narrow is the
-        share of the band the ratios the baseline `bf` measured among those levels allow. No baseline entry: the
+        ratios to the plateau's levels already measured (undisturbed) on this server `start` are decided; how narrow
+        is the share of the band the ratios the baseline `bf` measured among those levels allow. No baseline entry: the
         level runs to its precision."""
         entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
         if entry is None:
@@ -580,7 +580,8 @@ class Suite:
         compared = [lv for lv in levels if verdict.plateau_compares(lv, run.ceiling, levels)]
         if level not in compared:
             return decides_floor(entry.floor)
-        earlier = [r for lv, r in sorted(start.items()) if r.valid and lv < level and lv in compared]
+        earlier = [r for lv, r in sorted(start.items())
+                   if r.valid and not r.disturbances and lv < level and lv in compared]
         band = run.profile.measurement.plateau_band
         means = [e.value for lv in compared if (e := bf.entries(run.name, lv).get("sustained_output_tps"))]
         return verdict.decides_plateau_level(entry.floor, band, earlier, share=verdict.plateau_share(band, means))

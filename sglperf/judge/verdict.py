@@ -460,11 +460,15 @@ class PlateauVerdict:
     lines: tuple[str, ...]  # one per level: value, ratio to the reference, server evidence
     problems: tuple[str, ...]
     unsure: tuple[str, ...] = ()  # levels whose ratio's interval straddles the band's edge
+    # what the host did to the levels of ratios that did not pass ("c128: disturbed: ..."): a disturbance moves one
+    # level and not the other, so such a ratio decides nothing (an H200 host's 25% steal read p32 c128 at 0.704 x c64)
+    disturbed: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> str:
-        """"pass" | "violated" | "inconclusive": decided by intervals, like a floor."""
-        return "violated" if self.problems else "inconclusive" if self.unsure else "pass"
+        """"pass" | "violated" | "inconclusive": decided by intervals, like a floor; a ratio the host disturbed
+        leaves it undecided, never violated."""
+        return "violated" if self.problems else "inconclusive" if self.unsure or self.disturbed else "pass"
 
     @property
     def message(self) -> str:
@@ -474,7 +478,8 @@ class PlateauVerdict:
         body = "\n".join(self.lines)
         probs = ("\nPLATEAU VIOLATED: " + "; ".join(self.problems)) if self.problems else ""
         unsure = ("\nundecided: " + "; ".join(self.unsure)) if self.unsure else ""
-        return f"{head}\n{body}{probs}{unsure}"
+        disturbed = ("\nnot judged, the host disturbed a level: " + "; ".join(self.disturbed)) if self.disturbed else ""
+        return f"{head}\n{body}{probs}{unsure}{disturbed}"
 
     def failure(self, where: str) -> str:
         if self.outcome == "inconclusive":
@@ -516,15 +521,17 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
 
     Decided by intervals, like a floor: each ratio's 90% interval (both levels' CIs combined; TOST_SHARE) wholly
     inside the band passes, its 95% interval wholly outside violates, and one that straddles the band's edge is
-    undecided (inconclusive, never a
-    violation). The reference is the most precise level judged, so one level the host disturbed does not make every
-    ratio undecided. A level whose own interval is wider than the band cannot test the band at all (llama.cpp on a
-    2-core CI host read 922 -> 1,105 tok/s across one level's batches: ±35%): where its ratio sits in the band's
-    inner half it is set aside as consistent with the plateau and named, and the server's saturation and attribution
-    still decide; leaning out of the band, or with a reference as imprecise, it stays undecided. Run-to-run CVs from
-    a baseline do not widen it: the levels compared come from one server start, and what differs between starts
-    moves all of them together, so it cancels in their ratio (unlike the A/B's; where one
-    start cannot decide and levels of several starts are compared, over_starts puts that noise in)."""
+    undecided (inconclusive, never a violation). The reference is the most precise level judged that the host left
+    undisturbed, so one level the host disturbed does not make every ratio undecided. A ratio that does not pass
+    while the host disturbed either of its levels is not judged: a disturbance lowers one level, not the other
+    (`disturbed`; the suite measures them again on a fresh start, and names the disturbance where none is left).
+    A level whose own interval is wider than the band cannot test the band at all (llama.cpp on a 2-core CI host
+    read 922 -> 1,105 tok/s across one level's batches: ±35%): where its ratio sits in the band's inner half it is
+    set aside as consistent with the plateau and named, and the server's saturation and attribution still decide;
+    leaning out of the band, or with a reference as imprecise, it stays undecided. Run-to-run CVs from a baseline do
+    not widen it: the levels compared come from one server start, and what differs between starts moves all of them
+    together, so it cancels in their ratio (unlike the A/B's; where one start cannot decide and levels of several
+    starts are compared, over_starts puts that noise in)."""
     levels = sorted(results)
     past = [lv for lv in levels if lv >= ceiling.effective]
     lines, problems, unsure = [], [], []
@@ -533,7 +540,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                               (f"no level at or past the predicted ceiling {ceiling.effective} (levels {levels})",))
     beyond = [lv for lv in past if lv > ceiling.effective]
     judged = beyond if len(beyond) >= 2 else past
-    ref = min(judged, key=lambda lv: _rel_ci(results[lv])) if judged is beyond else past[0]
+    calm = [lv for lv in judged if not results[lv].disturbances] or judged
+    ref = min(calm, key=lambda lv: _rel_ci(results[lv])) if judged is beyond else past[0]
     if judged is beyond and past[0] not in beyond:
         at = results[past[0]].sustained_output_tps
         lines.append(f"  c{past[0]}: sustained {_f(at, ',.1f')} tok/s, exactly at the ceiling: not judged (a closed "
@@ -541,7 +549,7 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                      f"requests wait)")
     ref_v = results[ref].sustained_output_tps
     attributed = None
-    set_aside = []
+    set_aside, disturbed = [], {}
     for lv in judged:
         r = results[lv]
         v = r.sustained_output_tps
@@ -557,7 +565,13 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
             noise = math.hypot(_rel_ci(results[ref]), _rel_ci(r))
             inside = noise * TOST_SHARE  # the 90% interval: two one-sided 5% tests, one per edge of the band
             outcome = ratio_outcome(ratio, noise, band)
-            if outcome == "violated":
+            hit = {x: results[x].disturbances for x in (ref, lv) if results[x].disturbances}
+            if outcome != "pass" and hit and not (outcome == "unsure" and _rel_ci(r) > band
+                                                  and abs(ratio - 1) <= band / 2):
+                lines.append(f"  c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: not judged, the host disturbed "
+                             f"c{', c'.join(map(str, sorted(hit)))}")
+                disturbed.update(hit)
+            elif outcome == "violated":
                 problems.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}, outside the plateau band "
                                 f"±{band:.0%}")
             elif outcome == "unsure" and _rel_ci(r) > band and abs(ratio - 1) <= band / 2:
@@ -592,8 +606,9 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         unsure += [a.replace("set aside", f"but so is the reference c{ref}'s") for a in set_aside]
     else:
         lines += [f"  {a}" for a in set_aside]
-    return PlateauVerdict(not problems and not unsure, ceiling, attributed, ref, tuple(past), tuple(lines),
-                          tuple(problems), tuple(unsure))
+    named = tuple(f"c{lv}: {d}" for lv, ds in sorted(disturbed.items()) for d in ds)
+    return PlateauVerdict(not problems and not unsure and not named, ceiling, attributed, ref, tuple(past),
+                          tuple(lines), tuple(problems), tuple(unsure), named)
 
 
 def _rel_ci(r: LevelResult) -> float:

@@ -97,6 +97,7 @@ class PlateauDoc(Strict):
     ceiling: dict[str, Any]
     outcome: str | None = None  # pass | violated | inconclusive (None in files written before it existed)
     unsure: list[str] = []
+    disturbed: list[str] = []  # what the host did to the levels of ratios left unjudged ("c128: disturbed: ...")
 
 
 class CanaryDoc(Strict):
