@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -135,9 +135,10 @@ class ConfigRun:
 
     def host_outside(self, bf) -> str | None:
         """Why this host is not one the baseline measured (its CPU speed outside the baseline's band, or a CPU
-        baseline that never probed it), or None. GPU and simulator classes: the class says the hardware."""
+        baseline that never probed it), or None. GPU and simulator classes: the class says the hardware (a GPU
+        server's share of CPU work is weighed level by level: host_slower)."""
         now = (self.fingerprint.get("host_speed") or {}).get("score")
-        if bf is None or not now:  # nothing to judge by, or a server that is not on this host's CPU
+        if bf is None or not now or not fingerprint.cpu_class(self.hardware_class):
             return None
         if bf.host_speed is None:
             return ("the baseline was taken before sglperf probed the host's CPU speed, and a CPU's model name does "
@@ -148,6 +149,17 @@ class ConfigRun:
         mean, _ = host_speed.summarize(scores)
         return host_speed.outside(mean, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs,
                                   probes=len(scores))
+
+    def host_slower(self, bf, starts: list[LevelResult]) -> host_speed.SlowerHost | None:
+        """How much slower than on the baseline's runs this host's CPU probed before `starts` (their geometric mean),
+        where that lies below the baseline's band; None where it does not, or where nothing says. A
+        server on a GPU still schedules, tokenizes and serves HTTP on the CPU: an H200 host probed 20% slower than at
+        the session's start read p16 c128 5.6% under its baseline, nothing else named (2026-12-04)."""
+        scores = [r.host_cpu_speed for r in starts if r.host_cpu_speed]
+        if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
+            return None
+        now, _ = host_speed.summarize(scores)
+        return host_speed.slower(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
 
     def replicate_note(self, level: int) -> str:
         """What an undecided verdict adds: how often the level was re-measured, or why it was not."""
@@ -355,9 +367,8 @@ class Suite:
             a.split("=", 1)[1] for a in template if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
         api_key = api_key_from_env() or (given[0] if given else None)
         rec = self.recorder(prof)
-        # the CPU's speed, before a server that runs on it starts (a remote server's host is not ours to probe)
-        speed = (host_speed.probe().as_dict() if not o.server_url
-                 and fingerprint.on_host_cpu(engine, template, dict(prof.server.env)) else None)
+        # the CPU's speed, before a server whose speed rides on it starts (a remote server's host is not ours to probe)
+        speed = host_speed.probe().as_dict() if not o.server_url and engine.host_cpu_matters else None
         if speed:
             self.host_speeds.append(speed["score"])
         if o.server_url:
@@ -555,6 +566,9 @@ class Suite:
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
+        # the CPU's speed just before the level: it moves within a session (an H200 host probed 42.9, then 28.1 after
+        # a run its hypervisor stole from, then 41.0)
+        cpu = host_speed.probe().score if run.engine.host_cpu_matters and not self.opts.server_url else None
         try:
             meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
                              watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,
@@ -563,6 +577,8 @@ class Suite:
         except KeyboardInterrupt:
             self.interrupted = True
             raise
+        if cpu is not None:
+            meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
         start[level] = meas.result
         return meas
 
@@ -692,6 +708,7 @@ class Suite:
                     lines.append(f"  {rec.doc.profile}/{cname} c{lv}: sustained {_fmt(r.sustained_output_tps)} ± "
                                  f"{_fmt(r.sustained_output_tps_ci95)} tok/s, whole-run "
                                  f"{_fmt(r.whole_run_output_tps)}"
+                                 + (f", host CPU probe {r.host_cpu_speed:.3g}" if r.host_cpu_speed else "")
                                  + ("" if r.valid else "  INVALID: " + "; ".join(r.invalid_reasons)))
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")

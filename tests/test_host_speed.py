@@ -41,6 +41,36 @@ def test_a_host_inside_the_band_is_the_same_machine_and_one_outside_is_named_slo
     assert host_speed.band(0.017, 2) == pytest.approx(0.134, abs=0.001), "2 runs that agreed to 1.7%: ±13%, not ±6%"
 
 
+def test_a_host_slower_than_a_gpu_baseline_past_its_band_says_by_how_much_and_a_faster_one_says_nothing():
+    slow = host_speed.slower(33.5, 42.0, 0.02, 3)  # an H200 host of 2026-12-04 at its slowest, against its start
+    assert slow.share == pytest.approx(0.2024, abs=1e-3) and slow.band == pytest.approx(host_speed.band(0.02, 3))
+    assert "CPU probed 20% slower than on the runs the baseline was taken on (speed probe 33.5 against 42" in (
+        slow.words())
+    assert host_speed.slower(39.0, 42.0, 0.02, 3) is None, "7% slower: inside the band (the probe's own spread)"
+    assert host_speed.slower(55.0, 42.0, 0.02, 3) is None, "faster: nothing to excuse"
+
+
+def test_extend_takes_the_new_runs_probes_and_pools_them_with_the_baselines():
+    a = baselines.HostSpeed(score=40.0, cv=0.03, runs=3)
+    b = baselines.HostSpeed(score=36.0, cv=0.01, runs=2)
+    both = baselines.pooled_host_speed(a, b)
+    assert both.runs == 5 and both.score == pytest.approx((40.0 ** 3 * 36.0 ** 2) ** (1 / 5), rel=1e-4)
+    assert both.cv > 0.03, "two sets apart by 10% spread wider than either"
+    assert baselines.pooled_host_speed(None, b) == b and baselines.pooled_host_speed(a, None) == a
+    # a GPU baseline calibrated before the probe takes its first speed from the runs that extend it
+    docs = []
+    for i, (v, speed) in enumerate([(1000, 40.0), (1020, 41.0), (980, 39.5), (1010, 40.5)]):
+        doc = run_doc(f"r{i}", {8: result(8, value=float(v))}, profile="gpu1-llamacpp", hardware_class="1 x GPU")
+        doc.configs["rr24-cds4"].fingerprint = {"host_speed": {"score": speed}}
+        docs.append(doc)
+    old, _ = baselines.calibrate(docs[:2], isl=32, osl=32)
+    old = old.model_copy(update={"host_speed": None})
+    grown, notes = baselines.extend(old, docs[2:])
+    assert grown.host_speed.runs == 2 and grown.host_speed.score == pytest.approx((39.5 * 40.5) ** 0.5, rel=1e-3)
+    assert any("on a host more than" in n and "slower, a floor the server misses by no more than the CPU's share is "
+               "INVALID naming the host" in n for n in notes), notes
+
+
 @pytest.fixture(scope="module")
 def llama_ready():
     try:
@@ -81,6 +111,7 @@ def test_a_real_llama_server_on_a_host_slower_than_its_baseline_has_its_floor_un
     assert p.returncode == 0, out[-3000:]
     assert "1 skipped" in out and "floor not judged: this host's CPU is" in out and "slower than on the runs" in out
     assert (run.config_fingerprint("p4").get("host_speed") or {}).get("score") > 0
+    assert run.configs["p4"].levels["2"].host_cpu_speed > 0, "probed again just before the level"
     # the probe moves between processes: its BLAS rate is bimodal on 2-core VMs (2026-12-03, Intel Xeon: scores
     # 26.6-31.2 over five processes, 27.5 in this test's and 35.8 in the run's of a CI run that went red at a
     # spread of 8%): a calibration spread of 20% over 5 runs widens the band to ±47%, still far inside the 2x above
@@ -111,8 +142,8 @@ def test_calibrate_keeps_the_runs_speed_and_its_spread_and_show_prints_the_band(
     assert "host CPU speed probe: 30.2 ± 2.5% over 3 runs" in p.stdout
     shown = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "show", str(target)],
                            capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert "host CPU speed probe 30.2 ± 2.5% over 3 runs: judged only on a host within ±12%" in shown.stdout, \
-        shown.stdout + shown.stderr
+    assert ("host CPU speed probe: 30.2 ± 2.5% over 3 runs; a host outside ±12% of it is not judged by this "
+            "baseline's floors and ceilings") in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_runs_without_a_probe_make_a_baseline_without_a_speed_and_it_judges_every_host():
@@ -148,7 +179,10 @@ def test_a_run_judges_its_host_by_the_mean_of_its_probes():
 
     bf = SimpleNamespace(host_speed=SimpleNamespace(score=48.2179, cv=0.01676, runs=2))
     suite = SimpleNamespace(host_speeds=[42.6912])
-    run = SimpleNamespace(fingerprint={"host_speed": {"score": 42.6912}}, suite=suite)
+    run = SimpleNamespace(fingerprint={"host_speed": {"score": 42.6912}}, suite=suite,
+                          hardware_class="cpu:AMD EPYC 9B14 x 2")
     assert ConfigRun.host_outside(run, bf) is None  # p8's probe alone: inside
     suite.host_speeds = [39.4796, 42.6912]
     assert "slower" in ConfigRun.host_outside(run, bf) and "mean of 2 this run" in ConfigRun.host_outside(run, bf)
+    gpu = SimpleNamespace(**{**run.__dict__, "hardware_class": "1 x NVIDIA H200"})
+    assert ConfigRun.host_outside(gpu, bf) is None, "a GPU server is judged; its CPU's share is weighed per level"

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from ..record import baselines
-from ..environment import host_speed
 from .. import profiles
 from ..records import GATED, LATENCY
 from ..categories import UsageError
@@ -162,10 +161,7 @@ def _main(args) -> int:
             reps = _replicates(bf.profile)
             print(f"{f}: profile {bf.profile}, hardware class {bf.hardware_class!r}, {bf.isl} in / {bf.osl} out")
             if bf.host_speed:
-                hs = bf.host_speed
-                print(f"  host CPU speed probe {hs.score:.3g}"
-                      + (f" ± {hs.cv:.1%} over {hs.runs} runs" if hs.cv is not None else " from 1 run")
-                      + f": judged only on a host within ±{host_speed.band(hs.cv, hs.runs):.0%}")
+                print(f"  {baselines.host_speed_note(bf.host_speed, bf.hardware_class)}")
             for cname, lvls in bf.configs.items():
                 for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
                     for m, e in metrics.items():

@@ -117,6 +117,9 @@ class Engine:
     loads_path: str | None = None  # a JSON load endpoint, scraped where /metrics is off
     series: dict[str, Series] = {}
     counts_at_completion = False  # its output counter moves when a request finishes, not per token
+    # its speed rides on the host's CPU, on a GPU too (scheduler, tokenizer, HTTP): the suite probes the CPU before
+    # each level it measures (environment/host_speed.py)
+    host_cpu_matters = True
 
     def prepare(self, argv: list[str]) -> None:
         """Make what the launch template `argv` (placeholders unresolved) needs: builds, models. Raises InfraError

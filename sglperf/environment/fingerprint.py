@@ -98,17 +98,16 @@ def overrides_from_env() -> dict:
     return obj
 
 
-def on_host_cpu(engine, argv_template: list[str], server_env: dict | None = None) -> bool:
-    """Whether the server would run on this host's CPU (its hardware class is the CPU's), known before it starts."""
-    rows = gpu.visible(gpu.inventory(), {**os.environ, **(server_env or {})})
-    return engine.hardware_class({}, argv_template, rows).startswith("cpu:")
+def cpu_class(hardware_class: str) -> bool:
+    """Whether a hardware class is the host's CPU (a server wholly as fast as it), not a GPU's or the simulator's."""
+    return hardware_class.startswith("cpu:")
 
 
 def collect(engine, server_info: dict | None, argv_template: list[str], model_path: str | None,
             server_env: dict | None = None, overrides: dict | None = None, host_speed: dict | None = None) -> dict:
     """The run's fingerprint. `engine` is the adapter (it says which hardware the server runs on); `argv_template`
     is the launch command as the profile writes it (hashed); `server_env` is what the server was started with;
-    `host_speed` the CPU's speed probe taken before a CPU-bound server started (environment/host_speed.py)."""
+    `host_speed` the CPU's speed probe taken before the server started (environment/host_speed.py)."""
     rows = gpu.visible(gpu.inventory(), {**os.environ, **(server_env or {})})
     first = rows[0] if rows else {}
     info = server_info or {}

@@ -109,6 +109,33 @@ def band(cv: float | None, runs: int) -> float:
     return max(MIN_BAND, Z * sd * math.sqrt(1 + 1 / runs))
 
 
+@dataclass(frozen=True)
+class SlowerHost:
+    """A host whose CPU probed slower than on the runs a baseline was taken on, past that baseline's band."""
+
+    now: float  # this run's probe (the geometric mean of the probes before the starts judged)
+    then: float  # the baseline's
+    band: float  # the baseline's band, relative
+
+    @property
+    def share(self) -> float:
+        """How much slower, as a share of the baseline's speed (0.2: a fifth)."""
+        return 1 - self.now / self.then
+
+    def words(self) -> str:
+        return (f"this host's CPU probed {self.share:.0%} slower than on the runs the baseline was taken on (speed "
+                f"probe {self.now:.3g} against {self.then:.3g}, a host within ±{self.band:.0%} counts as the same): "
+                f"the server schedules, tokenizes and serves HTTP on it, so up to {self.share:.0%} of its throughput "
+                f"may be the host's")
+
+
+def slower(score: float, then: float, cv: float | None, runs: int) -> SlowerHost | None:
+    """The host of `score`, where it probed slower than the baseline's `then` (from `runs` runs of spread `cv`) by
+    more than the band; None where it is inside the band or faster."""
+    b = band(cv, runs)
+    return SlowerHost(score, then, b) if math.log(score / then) < -math.log1p(b) else None
+
+
 def outside(score: float, then: float, cv: float | None, runs: int, probes: int = 1) -> str | None:
     """Why a host of `score` (the mean of `probes` probes) is not one the baseline measured (then ± its band), or
     None where it is."""

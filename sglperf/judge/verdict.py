@@ -256,6 +256,13 @@ def beyond_steal(v: FloorVerdict, starts: list) -> float | None:
     return s if v.value + (v.ci95 or 0.0) < v.floor * (1 - STEAL_COST * s) else None
 
 
+def beyond_host(v: FloorVerdict, slower: float) -> bool:
+    """Whether `v` is a regression whose interval lies wholly below its floor even with a host CPU `slower` (a share)
+    given back: a server no more than wholly bound by the CPU loses at most that share of its throughput, so such a
+    drop is the server's (the slowed H200 run read -67%; its hosts probed at most a third slower)."""
+    return v.outcome == "regression" and v.value is not None and v.value + (v.ci95 or 0.0) < v.floor * (1 - slower)
+
+
 def kept_starts(levels: list[LevelResult], noise=None) -> list[LevelResult]:
     """The starts a floor judges: the undisturbed ones (all, where every one was disturbed), less an outlier."""
     kept = [r for r in levels if not r.disturbances] or list(levels)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy import stats
 
 from ..categories import UsageError
-from ..environment import host_speed
+from ..environment import fingerprint, host_speed
 from ..fileio import atomic_write_json, lock_for, read_json
 from ..records import GATED, METRICS
 from ..judge.noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_share
@@ -95,7 +95,7 @@ class PooledNoise(BaseModel):
 
 class HostSpeed(BaseModel):
     """The CPU speed probe of the runs a baseline came from (environment/host_speed.py): geometric mean, the SD of
-    its log over the runs, and how many runs. Only for baselines of a server on the host's CPU."""
+    its log over the runs, and how many runs."""
     model_config = ConfigDict(extra="forbid")
     score: float = Field(gt=0)
     cv: float | None = Field(None, ge=0)
@@ -116,7 +116,7 @@ class BaselineFile(BaseModel):
     # config -> the output canary's outputs on this hardware class (ids, else words), one per prompt, in order
     canary: dict[str, list[list[int | str]]] = {}
     canary_fingerprint: dict[str, dict] = {}  # config -> the fingerprint the canary outputs were taken with
-    host_speed: HostSpeed | None = None  # the CPU the runs measured, where the server runs on the host's CPU
+    host_speed: HostSpeed | None = None  # the CPU the runs measured (probed before each server start)
 
     def entries(self, config: str, level: int) -> dict[str, Entry]:
         return dict(self.configs.get(config, {}).get(str(level), {}))
@@ -222,6 +222,28 @@ def runs_host_speed(runs: list[RunDoc]) -> HostSpeed | None:
         per_run.append(host_speed.summarize(scores)[0])
     score, cv = host_speed.summarize(per_run)
     return HostSpeed(score=round(score, 4), cv=round(cv, 5) if cv is not None else None, runs=len(per_run))
+
+
+def pooled_host_speed(old: HostSpeed | None, new: HostSpeed | None) -> HostSpeed | None:
+    """Two sets of runs' probes as one (their logs' mean and SD over all the runs), or whichever there is."""
+    if old is None or new is None:
+        return old or new
+    n = old.runs + new.runs
+    m1, m2 = math.log(old.score), math.log(new.score)
+    m = (old.runs * m1 + new.runs * m2) / n
+    ss = sum((k - 1) * (cv or 0.0) ** 2 + k * (mi - m) ** 2
+             for k, cv, mi in ((old.runs, old.cv, m1), (new.runs, new.cv, m2)))
+    return HostSpeed(score=round(math.exp(m), 4), cv=round(math.sqrt(ss / (n - 1)), 5), runs=n)
+
+
+def host_speed_note(speed: HostSpeed, hardware_class: str) -> str:
+    spread = f" ± {speed.cv:.1%} over {speed.runs} runs" if speed.cv is not None else " from 1 run"
+    b = host_speed.band(speed.cv, speed.runs)
+    if fingerprint.cpu_class(hardware_class):
+        return (f"host CPU speed probe: {speed.score:.3g}{spread}; a host outside ±{b:.0%} of it is not judged by "
+                f"this baseline's floors and ceilings")
+    return (f"host CPU speed probe: {speed.score:.3g}{spread}; on a host more than {b:.0%} slower, a floor the "
+            f"server misses by no more than the CPU's share is INVALID naming the host, not a regression")
 
 
 def canary_units(output: dict) -> list[int | str]:
@@ -384,10 +406,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
     speed = runs_host_speed(runs)
     if speed is not None:
-        notes.append(f"host CPU speed probe: {speed.score:.3g}"
-                     + (f" ± {speed.cv:.1%} over {speed.runs} runs" if speed.cv is not None else " from 1 run")
-                     + f"; a host outside ±{host_speed.band(speed.cv, speed.runs):.0%} of it is not judged by "
-                       f"this baseline's floors and ceilings")
+        notes.append(host_speed_note(speed, runs[0].hardware_class))
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
                         configs=out, pooled=pooled, host_speed=speed), notes
@@ -557,7 +576,10 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
         notes.insert(0, f"new hosts: {len(set(known))} ("
                      + ", ".join(f"{h}: {known.count(h)}" for h in dict.fromkeys(known)) + " runs)")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(grown))]
-    return merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [],
+    speed = pooled_host_speed(old.host_speed, runs_host_speed(runs))
+    if speed is not None and speed != old.host_speed:
+        notes.append(host_speed_note(speed, old.hardware_class))
+    return merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [], "host_speed": speed,
                                              "description": f"{old.description}; extended by {len(runs)} runs"})), notes
 
 

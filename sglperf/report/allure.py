@@ -70,6 +70,7 @@ def measured_parameters(r: LevelResult) -> None:
                         ("goodput tok/s (SLO met)", "-" if r.goodput_tps is None else
                          f"{fmt(r.goodput_tps)} ({r.slo_met_share:.0%})"),
                         ("server/client ratio", fmt(r.server_ratio, ".4f")),
+                        ("host CPU speed probe", fmt(r.host_cpu_speed, ".3g")),
                         ("valid", "yes" if r.valid else "no: " + "; ".join(r.invalid_reasons))):
         allure.dynamic.parameter(name, value, excluded=True)
 
