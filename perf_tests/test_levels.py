@@ -86,7 +86,7 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
                 pytest.fail(failure, pytrace=False)
         settle_over_starts(verdicts, [x.result for x in starts], where=f"{run.where} c{level}", against="floor",
                            note=run.replicate_note(level),
-                           slow_host=run.host_slower(bf, [x.result for x in clean(starts)]))
+                           slow_host=run.host_slower(bf))
 
 
 def test_latency_ceilings(perf_config, level, perf_level, request):

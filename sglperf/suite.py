@@ -136,7 +136,7 @@ class ConfigRun:
     def host_outside(self, bf) -> str | None:
         """Why this host is not one the baseline measured (its CPU speed outside the baseline's band, or a CPU
         baseline that never probed it), or None. GPU and simulator classes: the class says the hardware (a GPU
-        server's share of CPU work is weighed level by level: host_slower)."""
+        server's share of CPU work is weighed over the run's probes: host_slower)."""
         now = (self.fingerprint.get("host_speed") or {}).get("score")
         if bf is None or not now or not fingerprint.cpu_class(self.hardware_class):
             return None
@@ -150,12 +150,13 @@ class ConfigRun:
         return host_speed.outside(mean, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs,
                                   probes=len(scores))
 
-    def host_slower(self, bf, starts: list[LevelResult]) -> host_speed.SlowerHost | None:
-        """How much slower than on the baseline's runs this host's CPU probed before `starts` (their geometric mean),
-        where that lies below the baseline's band; None where it does not, or where nothing says. A
-        server on a GPU still schedules, tokenizes and serves HTTP on the CPU: an H200 host probed 20% slower than at
-        the session's start read p16 c128 5.6% under its baseline, nothing else named (2026-12-04)."""
-        scores = [r.host_cpu_speed for r in starts if r.host_cpu_speed]
+    def host_slower(self, bf) -> host_speed.SlowerHost | None:
+        """How much slower than on the baseline's runs this host's CPU probed before the levels measured so far
+        (their geometric mean: one host, one speed), where that lies below the baseline's band; None where it does
+        not, or where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: an H200
+        host probed 20% slower than at the session's start read p16 c128 5.6% under its baseline, nothing else named
+        (2026-12-04). One level's probe alone moved 69-91 within a healthy run on another (2026-12-05)."""
+        scores = self.suite.level_cpu_speeds
         if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
             return None
         now, _ = host_speed.summarize(scores)
@@ -245,6 +246,7 @@ class Suite:
         # moves ±5% on a host with noisy neighbours (2026-12-02: 39.5 and 42.7 minutes apart against a baseline's
         # 48.2), and a config whose lone probe fell just inside the band was judged while the one before was not.
         self.host_speeds: list[float] = []
+        self.level_cpu_speeds: list[float] = []  # the probe before each level measured (ConfigRun.host_slower)
         self.launch_s: dict[tuple[str, str], float] = {}  # how long each config's last server start took
         self.recorders: dict[str, RunRecorder] = {}
         self.runs: dict[tuple[str, str], ConfigRun] = {}
@@ -579,6 +581,7 @@ class Suite:
             raise
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
+            self.level_cpu_speeds.append(cpu)
         start[level] = meas.result
         return meas
 

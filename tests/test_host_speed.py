@@ -66,6 +66,7 @@ def test_extend_takes_the_new_runs_probes_and_pools_them_with_the_baselines():
     old, _ = baselines.calibrate(docs[:2], isl=32, osl=32)
     old = old.model_copy(update={"host_speed": None})
     grown, notes = baselines.extend(old, docs[2:])
+    assert grown.description.endswith("; extended by 2 runs")
     assert grown.host_speed.runs == 2 and grown.host_speed.score == pytest.approx((39.5 * 40.5) ** 0.5, rel=1e-3)
     assert any("on a host more than" in n and "slower, a floor the server misses by no more than the CPU's share is "
                "INVALID naming the host" in n for n in notes), notes
@@ -186,3 +187,22 @@ def test_a_run_judges_its_host_by_the_mean_of_its_probes():
     assert "slower" in ConfigRun.host_outside(run, bf) and "mean of 2 this run" in ConfigRun.host_outside(run, bf)
     gpu = SimpleNamespace(**{**run.__dict__, "hardware_class": "1 x NVIDIA H200"})
     assert ConfigRun.host_outside(gpu, bf) is None, "a GPU server is judged; its CPU's share is weighed per level"
+
+
+def test_a_gpu_run_weighs_its_host_by_the_mean_of_its_level_probes_not_one_level_that_read_low():
+    """A healthy H200 run of 2026-12-05 probed 69.1 before p16 c128 and 84-89 before its other levels, against a
+    baseline of 83.8 ± 4.3% over 2 runs (band ±15%): one level's probe alone would have called the host a sixth
+    slower there. A host that probed low before every level is named, by how much."""
+    from types import SimpleNamespace
+
+    from sglperf.suite import ConfigRun
+
+    bf = SimpleNamespace(host_speed=SimpleNamespace(score=83.8, cv=0.043, runs=2))
+    suite = SimpleNamespace(level_cpu_speeds=[86.1, 86.1, 69.1, 88.2])
+    run = SimpleNamespace(suite=suite, hardware_class="1 x NVIDIA H200")
+    assert ConfigRun.host_slower(run, bf) is None
+    suite.level_cpu_speeds = [66.0, 64.5, 68.2, 65.1]
+    slow = ConfigRun.host_slower(run, bf)
+    assert slow is not None and slow.share == pytest.approx(1 - 65.94 / 83.8, abs=0.002)
+    assert ConfigRun.host_slower(SimpleNamespace(**{**run.__dict__, "hardware_class": "cpu:X x 2"}), bf) is None, \
+        "a CPU server's host is judged by its band before any floor (host_outside)"

@@ -37,6 +37,9 @@ def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
     doc = json.loads(runs[0].read_text())
     assert doc["complete"] and doc["hardware_class"] == "sim:ci"
     assert doc["configs"]["rr24-cds4"]["plateau"]["attributed_to"] == "cap"
+    # the simulator keeps its own time against real time: no host CPU probe before its levels or its start
+    assert all(r["host_cpu_speed"] is None for r in doc["configs"]["rr24-cds4"]["levels"].values())
+    assert doc["configs"]["rr24-cds4"]["fingerprint"].get("host_speed") is None
 
 
 def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):

@@ -579,8 +579,9 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     speed = pooled_host_speed(old.host_speed, runs_host_speed(runs))
     if speed is not None and speed != old.host_speed:
         notes.append(host_speed_note(speed, old.hardware_class))
-    return merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [], "host_speed": speed,
-                                             "description": f"{old.description}; extended by {len(runs)} runs"})), notes
+    grown_file = merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [],
+                                                   "host_speed": speed}))
+    return grown_file.model_copy(update={"description": f"{old.description}; extended by {len(runs)} runs"}), notes
 
 
 def _by_host(labels: list[str], values: list[float]) -> dict[str, list[float]]:
