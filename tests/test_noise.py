@@ -394,7 +394,7 @@ def test_a_fresh_h200_host_that_slowed_within_minutes_is_no_regression_and_its_s
 
 
 def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowdowns_caught_where_it_says():
-    """The live runs of 2026-12-04 against the committed baseline (restart-aware noise, 34 runs on 16 hosts), on a
+    """The live runs of 2026-12-04 against the committed baseline (restart-aware noise, 36 runs on 17 hosts), on a
     fresh quiet host (8668caec46f5, steal under 0.01 cores), replayed as each floor settled: three judged runs green
     in a row, the documented slowed run (-67.9%) a regression, and the planted 4 idle layers caught at the four
     levels whose floors catch a 10% drop (p16 c8/c64/c128, p32 c8: -7.7 to -10.2%). p32 c64 and c128 read -6.0% and
@@ -417,7 +417,7 @@ def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowd
                     out.append(f"{cname} c{lv}" + ("?" if v.outcome == "inconclusive" else ""))
         return out
 
-    assert bf.entries("p32", "128")["sustained_output_tps"].restart_cv == pytest.approx(0.0133, abs=1e-4)
+    assert bf.entries("p32", "128")["sustained_output_tps"].restart_cv == pytest.approx(0.019, abs=1e-4)
     assert [regressions(p) for p in sorted(data.glob("judged-*.json"))] == [[]] * 3
     assert regressions(next(data.glob("slowed-*.json"))) == ["p16 c64"]
     assert regressions(next(data.glob("planted-*.json"))) == ["p16 c8", "p16 c64", "p16 c128", "p32 c8"]
