@@ -463,3 +463,59 @@ def test_on_an_h200_host_whose_cpu_probed_a_fifth_slower_a_drop_that_share_expla
     assert slowed.startswith("THROUGHPUT REGRESSION: p16 c64") and slowed.endswith(
         "may be the host's; this drop is more than that)"), slowed
     assert set(settled("judged-*-dcb516.json").values()) == {"pass"}
+
+
+def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
+    """Live on two fresh hosts with the host CPU probe before every level (tests/data/gpu/h200-2026-12-05), replayed
+    as the suite settled them. The slowed run's host probed 19% slower than the baseline's runs over its levels
+    (67.8 against 83.8, band ±15%): its -69% is still a THROUGHPUT REGRESSION, saying the host's share is smaller.
+    The judged run on that host probed 13% slower (just past the band: 72.6 against 83.8 / 1.15) and every floor
+    passes on its undisturbed starts, so nothing needed the host's excuse. A calibration run's p32 c128 had every start disturbed by steal (5%, 2%, 34% of the CPU wanted): its
+    plateau is not judged (INVALID naming the steal live), where before it would have compared the stolen starts."""
+    from fixtures.plugin import settle_over_starts
+    from sglperf.environment import host_speed
+    from sglperf.judge.verdict import check_floor, check_plateau, over_starts
+    from sglperf.record.rundoc import load_run
+    from sglperf.records import Ceiling, LevelResult
+
+    data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-05"
+    bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
+    assert bf.host_speed.runs == 2 and bf.host_speed.score == pytest.approx(83.75, abs=0.01)
+
+    def as_result(doc):
+        return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
+
+    def settled(name):
+        run, out = load_run(next(data.glob(name))), {}
+        probes = [as_result(x).host_cpu_speed for c in run.configs.values()
+                  for lv in c.levels for x in [c.levels[lv], *c.replicates.get(lv, [])]]
+        now, _ = host_speed.summarize(probes)
+        slow = host_speed.slower(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
+        for cname, c in run.configs.items():
+            for lv in c.levels:
+                starts = [c.levels[lv], *c.replicates.get(lv, [])]
+                v = check_floor([s for s in starts if not s.disturbances] or starts,
+                                bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
+                                baseline_source="b", log_path=None, last=True)
+                try:
+                    settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor", slow_host=slow)
+                    out[f"{cname} c{lv}"] = "pass"
+                except pytest.fail.Exception as e:
+                    out[f"{cname} c{lv}"] = str(e)
+        return slow, out
+
+    slow, out = settled("slowed-*.json")
+    assert slow is not None and slow.share == pytest.approx(0.19, abs=0.01)
+    assert out["p16 c64"].startswith("THROUGHPUT REGRESSION: p16 c64") and "-69.2% vs baseline" in out["p16 c64"]
+    assert out["p16 c64"].endswith("may be the host's; this drop is more than that)")
+    slow, out = settled("judged-*.json")
+    assert slow.share == pytest.approx(0.134, abs=0.002) and set(out.values()) == {"pass"}, out
+    c = load_run(next(data.glob("calib-*-47f9b0.json"))).configs["p32"]
+    starts = {lv: [as_result(x) for x in [c.levels[str(lv)], *c.replicates.get(str(lv), [])]] for lv in (64, 128)}
+    assert all(s.disturbances for s in starts[128]) and len(starts[128]) == 3
+    ceiling = Ceiling(**c.server.ceiling)
+    first = check_plateau({lv: s[0] for lv, s in starts.items()}, ceiling, band=0.15)
+    noise = {lv: bf.entries("p32", str(lv))["sustained_output_tps"].noise() for lv in starts}
+    over = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
+    assert first.outcome == over.outcome == "inconclusive" and not first.problems and not over.problems
+    assert over.disturbed and all("c128: disturbed: the hypervisor stole" in d for d in over.disturbed)
