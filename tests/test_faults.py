@@ -182,7 +182,7 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
                                  "osl": 32, "configs": {}}))
     cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-m", "sim", "--perf-config", "rr24-cds4",
            "--levels", "8,16", "--level-max-seconds", "60", "--ci-target", "0.0001", "--baseline-file", str(empty),
-           "--reports-dir", str(tmp_path / "reports")]
+           "--reports-dir", str(tmp_path / "reports"), "--benchmark-json", str(tmp_path / "bench.json")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=user_env(**{TAG: str(tmp_path)}), preexec_fn=as_background_job if background else None)
     runs = tmp_path / "reports" / "runs"
@@ -200,6 +200,9 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
     assert doc["status"] == "interrupted" and doc["complete"] is False
     c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
     assert c8["incomplete"] and not c8["valid"] and c8["requests_sent"] > 0, "partial result saved"
+    # the interrupted level's benchmark round has no time: pytest-benchmark's JSON leaves it out instead of crashing
+    # the session's end (an H200 run cut by its call's limit: `ValueError: min() iterable argument is empty`)
+    assert "Traceback" not in out, out[-3000:]
     assert_clean(tmp_path)
 
 
