@@ -423,35 +423,42 @@ def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowd
     assert regressions(next(data.glob("planted-*.json"))) == ["p16 c8", "p16 c64", "p16 c128", "p32 c8"]
 
 
+def settle_floors(path: Path, bf, slow_host=None) -> dict[str, str]:
+    """Each floor of a stored run as test_sustained_throughput_floor settled it live: "pass", or the failure's
+    words, over the level's undisturbed starts (all, where every one was disturbed)."""
+    from fixtures.plugin import settle_over_starts
+    from sglperf.judge.verdict import check_floor
+    from sglperf.record.rundoc import load_run
+
+    run, out = load_run(path), {}
+    for cname, c in run.configs.items():
+        for lv in c.levels:
+            starts = [c.levels[lv], *c.replicates.get(lv, [])]
+            v = check_floor([s for s in starts if not s.disturbances] or starts,
+                            bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
+                            baseline_source="b", log_path=None, last=True)
+            try:
+                settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor", slow_host=slow_host)
+                out[f"{cname} c{lv}"] = "pass"
+            except pytest.fail.Exception as e:
+                out[f"{cname} c{lv}"] = str(e)
+    return out
+
+
 def test_on_an_h200_host_whose_cpu_probed_a_fifth_slower_a_drop_that_share_explains_is_invalid_naming_it():
     """2026-12-04: a judged run on a host whose CPU probe read 33.5 before and after it, against 41-43 at the
     session's start, failed p16 c128 at -5.6%, nothing else named: a GPU server schedules, tokenizes and serves HTTP
     on the CPU. The fresh quiet host's runs (tests/data/gpu/h200-2026-12-04c) replayed as if probed that much slower
     than the baseline's runs: the planted slowdown's -8 to -10% lies within what such a CPU explains (INVALID, the
     host named), the slowed run's -68% does not (still THROUGHPUT REGRESSION, saying so), and what passed passes."""
-    from fixtures.plugin import settle_over_starts
     from sglperf.environment.host_speed import SlowerHost
-    from sglperf.judge.verdict import check_floor
-    from sglperf.record.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04c"
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
     slow = SlowerHost(now=33.5, then=42.0, band=0.12)
 
     def settled(name):
-        run, out = load_run(next(data.glob(name))), {}
-        for cname, c in run.configs.items():
-            for lv in c.levels:
-                starts = [c.levels[lv], *c.replicates.get(lv, [])]
-                v = check_floor([s for s in starts if not s.disturbances] or starts,
-                                bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
-                                baseline_source="b", log_path=None, last=True)
-                try:
-                    settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor", slow_host=slow)
-                    out[f"{cname} c{lv}"] = "pass"
-                except pytest.fail.Exception as e:
-                    out[f"{cname} c{lv}"] = str(e)
-        return out
+        return settle_floors(next(data.glob(name)), bf, slow)
 
     planted = settled("planted-*.json")
     for k in ("p16 c8", "p16 c64", "p16 c128", "p32 c8"):
@@ -470,11 +477,11 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     as the suite settled them. The slowed run's host probed 19% slower than the baseline's runs over its levels
     (67.8 against 83.8, band ±15%): its -69% is still a THROUGHPUT REGRESSION, saying the host's share is smaller.
     The judged run on that host probed 13% slower (just past the band: 72.6 against 83.8 / 1.15) and every floor
-    passes on its undisturbed starts, so nothing needed the host's excuse. A calibration run's p32 c128 had every start disturbed by steal (5%, 2%, 34% of the CPU wanted): its
-    plateau is not judged (INVALID naming the steal live), where before it would have compared the stolen starts."""
-    from fixtures.plugin import settle_over_starts
+    passes on its undisturbed starts, so nothing needed the host's excuse. A calibration run's p32 c128 had every
+    start disturbed by steal (5%, 2%, 34% of the CPU wanted): its plateau is not judged (INVALID naming the steal
+    live), where before it would have compared the stolen starts."""
     from sglperf.environment import host_speed
-    from sglperf.judge.verdict import check_floor, check_plateau, over_starts
+    from sglperf.judge.verdict import check_plateau, over_starts
     from sglperf.record.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
@@ -485,24 +492,14 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     def as_result(doc):
         return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
 
-    def settled(name):
-        run, out = load_run(next(data.glob(name))), {}
-        probes = [as_result(x).host_cpu_speed for c in run.configs.values()
+    def settled(name):  # the host judged as the suite judged it live: by the mean of the run's level probes
+        path = next(data.glob(name))
+        run = load_run(path)
+        probes = [x.host_cpu_speed for c in run.configs.values()
                   for lv in c.levels for x in [c.levels[lv], *c.replicates.get(lv, [])]]
         now, _ = host_speed.summarize(probes)
         slow = host_speed.slower(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
-        for cname, c in run.configs.items():
-            for lv in c.levels:
-                starts = [c.levels[lv], *c.replicates.get(lv, [])]
-                v = check_floor([s for s in starts if not s.disturbances] or starts,
-                                bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
-                                baseline_source="b", log_path=None, last=True)
-                try:
-                    settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor", slow_host=slow)
-                    out[f"{cname} c{lv}"] = "pass"
-                except pytest.fail.Exception as e:
-                    out[f"{cname} c{lv}"] = str(e)
-        return slow, out
+        return slow, settle_floors(path, bf, slow)
 
     slow, out = settled("slowed-*.json")
     assert slow is not None and slow.share == pytest.approx(0.19, abs=0.01)
