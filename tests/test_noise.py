@@ -516,3 +516,39 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     over = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
     assert first.outcome == over.outcome == "inconclusive" and not first.problems and not over.problems
     assert over.disturbed and all("c128: disturbed: the hypervisor stole" in d for d in over.disturbed)
+
+
+def test_the_h200_ab_of_every_judged_run_on_a_fresh_host_passes_as_the_suite_settled_it():
+    """p32 against p16 on the H200 (twice the slots: no loss below p16's cap, a gain past it), replayed from the
+    judged runs of 2026-12-04 and 2026-12-05 against the committed baseline, each level as its floor judged it over
+    its starts: CI leaves the CPU engines' A/B out (their gain is as large as the host's CPU), so this is where a
+    real engine's A/B is judged in the suite's own tests."""
+    from sglperf.judge.verdict import check_ab, judged_start, starts_judged
+    from sglperf.record.rundoc import load_run
+    from sglperf.records import Ceiling, LevelResult
+
+    from sglperf import profiles
+
+    bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
+    margin = profiles.load("gpu1-llamacpp").measurement.ab_margin
+    data = Path(__file__).parent / "data" / "gpu"
+    paths = sorted(data.glob("h200-2026-12-04c/judged-*.json")) + sorted(data.glob("h200-2026-12-05/judged-2*.json"))
+    assert len(paths) == 4
+    outcomes = []
+    for path in paths:
+        run = load_run(path)
+        judged, counts, noise, ceilings = {}, {}, {}, {}
+        for cname in ("p16", "p32"):
+            c = run.configs[cname]
+            noise[cname] = {int(lv): bf.entries(cname, lv)["sustained_output_tps"].noise() for lv in c.levels}
+            starts = {int(lv): [LevelResult(**{f.name: getattr(x, f.name) for f in dataclasses.fields(LevelResult)})
+                                for x in [c.levels[lv], *c.replicates.get(lv, [])]] for lv in c.levels}
+            judged[cname] = {lv: judged_start(s, noise[cname][lv]) for lv, s in starts.items()}
+            counts[cname] = {lv: starts_judged(s, noise[cname][lv]) for lv, s in starts.items()}
+            ceilings[cname] = Ceiling(**c.server.ceiling)
+        v = check_ab(judged["p16"], judged["p32"], ceilings["p16"], ceilings["p32"], margin=margin,
+                     base_noise=noise["p16"], tuned_noise=noise["p32"], base_starts=counts["p16"],
+                     tuned_starts=counts["p32"])
+        outcomes.append(v.outcome)
+        assert all(g > 0.3 for lv, g in v.gains.items() if lv > 16), v.lines  # past p16's cap: +40-70%
+    assert outcomes == ["pass"] * 4
