@@ -199,8 +199,8 @@ class LevelResult:
     count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
     host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
     sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window
-    # the host's CPU speed probe taken just before the level (environment/host_speed.py; None: not probed, e.g. the
-    # simulator or a server on another host): a GPU server's throughput moves with it too
+    # the host's CPU speed probe taken just before a GPU server's level (environment/host_speed.py; None: not probed:
+    # the simulator, a server on another host, a CPU server, judged by the probes before its starts)
     host_cpu_speed: float | None = None
     # What took the host during the window. A disturbance can only lower throughput: a level that passes its floor
     # passed; one that falls below it (or cannot decide) is INVALID naming these, never a regression.

@@ -568,9 +568,10 @@ class Suite:
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
-        # the CPU's speed just before the level: it moves within a session (an H200 host probed 42.9, then 28.1 after
-        # a run its hypervisor stole from, then 41.0)
-        cpu = host_speed.probe().score if run.engine.host_cpu_matters and not self.opts.server_url else None
+        # the CPU's speed just before a GPU server's level: it moves within a session (an H200 host probed 42.9, then
+        # 28.1 after a run its hypervisor stole from, then 41.0); a CPU server's host is judged by its starts' probes
+        cpu = (host_speed.probe().score if run.engine.host_cpu_matters and not self.opts.server_url
+               and not fingerprint.cpu_class(run.hardware_class) else None)
         try:
             meas = run_level(run.target, run.workload, spec, self.policy(run.profile), engine=run.engine,
                              watch=ServerWatch(run.server.crash_reason, run.server.tree_pids,

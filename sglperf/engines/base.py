@@ -118,7 +118,7 @@ class Engine:
     series: dict[str, Series] = {}
     counts_at_completion = False  # its output counter moves when a request finishes, not per token
     # its speed rides on the host's CPU, on a GPU too (scheduler, tokenizer, HTTP): the suite probes the CPU before
-    # each level it measures (environment/host_speed.py)
+    # each server start, and before each level of a GPU server (environment/host_speed.py)
     host_cpu_matters = True
 
     def prepare(self, argv: list[str]) -> None:
