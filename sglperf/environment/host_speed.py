@@ -113,7 +113,7 @@ def band(cv: float | None, runs: int) -> float:
 class SlowerHost:
     """A host whose CPU probed slower than on the runs a baseline was taken on, past that baseline's band."""
 
-    now: float  # this run's probe (the geometric mean of the probes before the starts judged)
+    now: float  # this run's probe (the geometric mean of the probes before its levels so far)
     then: float  # the baseline's
     band: float  # the baseline's band, relative
 

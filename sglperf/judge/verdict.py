@@ -259,7 +259,7 @@ def beyond_steal(v: FloorVerdict, starts: list) -> float | None:
 def beyond_host(v: FloorVerdict, slower: float) -> bool:
     """Whether `v` is a regression whose interval lies wholly below its floor even with a host CPU `slower` (a share)
     given back: a server no more than wholly bound by the CPU loses at most that share of its throughput, so such a
-    drop is the server's (the slowed H200 run read -67%; its hosts probed at most a third slower)."""
+    drop is the server's (the slowed H200 run read -69.2% on a host probed 19% slower, 2026-12-05)."""
     return v.outcome == "regression" and v.value is not None and v.value + (v.ci95 or 0.0) < v.floor * (1 - slower)
 
 
