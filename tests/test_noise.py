@@ -399,23 +399,12 @@ def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowd
     in a row, the documented slowed run (-67.9%) a regression, and the planted 4 idle layers caught at the four
     levels whose floors catch a 10% drop (p16 c8/c64/c128, p32 c8: -7.7 to -10.2%). p32 c64 and c128 read -6.0% and
     -5.0%: inside their floors (tolerance 8.9% and 8.3%), which the baseline says catch 15-17% (docs/gpu-proof.md)."""
-    from sglperf.judge.verdict import check_floor
-    from sglperf.record.rundoc import load_run
-
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04c"
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
 
     def regressions(path):
-        run, out = load_run(path), []
-        for cname, c in run.configs.items():
-            for lv in c.levels:
-                starts = [c.levels[lv], *c.replicates.get(lv, [])]
-                v = check_floor([s for s in starts if not s.disturbances] or starts,
-                                bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
-                                baseline_source="b", log_path=None, last=True)
-                if v.outcome != "pass":
-                    out.append(f"{cname} c{lv}" + ("?" if v.outcome == "inconclusive" else ""))
-        return out
+        return [where + ("?" if v.outcome == "inconclusive" else "")
+                for where, v, _ in floor_verdicts(path, bf) if v.outcome != "pass"]
 
     assert bf.entries("p32", "128")["sustained_output_tps"].restart_cv == pytest.approx(0.019, abs=1e-4)
     assert [regressions(p) for p in sorted(data.glob("judged-*.json"))] == [[]] * 3
@@ -423,25 +412,35 @@ def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowd
     assert regressions(next(data.glob("planted-*.json"))) == ["p16 c8", "p16 c64", "p16 c128", "p32 c8"]
 
 
-def settle_floors(path: Path, bf, slow_host=None) -> dict[str, str]:
-    """Each floor of a stored run as test_sustained_throughput_floor settled it live: "pass", or the failure's
-    words, over the level's undisturbed starts (all, where every one was disturbed)."""
-    from fixtures.plugin import settle_over_starts
+def floor_verdicts(path: Path, bf) -> list:
+    """(where, verdict, starts) for each floor of a stored run, judged as it was at its last start: over the level's
+    undisturbed starts (all, where every one was disturbed)."""
     from sglperf.judge.verdict import check_floor
     from sglperf.record.rundoc import load_run
 
-    run, out = load_run(path), {}
-    for cname, c in run.configs.items():
+    out = []
+    for cname, c in load_run(path).configs.items():
         for lv in c.levels:
             starts = [c.levels[lv], *c.replicates.get(lv, [])]
             v = check_floor([s for s in starts if not s.disturbances] or starts,
                             bf.entries(cname, lv)["sustained_output_tps"], where=f"{cname} c{lv}",
                             baseline_source="b", log_path=None, last=True)
-            try:
-                settle_over_starts([v], starts, where=f"{cname} c{lv}", against="floor", slow_host=slow_host)
-                out[f"{cname} c{lv}"] = "pass"
-            except pytest.fail.Exception as e:
-                out[f"{cname} c{lv}"] = str(e)
+            out.append((f"{cname} c{lv}", v, starts))
+    return out
+
+
+def settle_floors(path: Path, bf, slow_host=None) -> dict[str, str]:
+    """Each floor of a stored run as test_sustained_throughput_floor settled it live: "pass", or the failure's
+    words."""
+    from fixtures.plugin import settle_over_starts
+
+    out = {}
+    for where, v, starts in floor_verdicts(path, bf):
+        try:
+            settle_over_starts([v], starts, where=where, against="floor", slow_host=slow_host)
+            out[where] = "pass"
+        except pytest.fail.Exception as e:
+            out[where] = str(e)
     return out
 
 
