@@ -7,9 +7,13 @@ when each would have stopped:
   verdict.PLATEAU_SHARE, and a plateau level measured after another also once its ratio to it is decided with both
   intervals: verdict.decides_plateau_level with `earlier`): the rule until 2026-12-04's nineteenth session;
 - now: as last, the plateau levels' share from the ratios the baseline measured among them (verdict.plateau_share,
-  as Suite.decides): what the level runner does now.
+  as Suite.decides): what the level runner does now;
+- least: the first check at which the interval may be trusted at all (3 service lifetimes of window after the
+  warm-up), whatever it reads: no stopping rule of this protocol stops sooner.
 At time scale X a level's wall time is 1/X of the real system's, so the real nightly is the sum of stop times x X
-(server starts excluded: GLM-5's weight loading is not the suite's to shorten).
+(server starts excluded: GLM-5's weight loading is not the suite's to shorten), plus each level's drain: after its
+stop the suite waits for the requests in flight (latencies are over the requests sent in the window, so the last of
+them must finish), up to 3 median lifetimes + 10 s. The drain is printed apart and in the total.
 
     python benchmarks/nightly_time.py [--time-scale 10] [--levels 256,512,1024,2048,3072] [--configs rr1024-cds4,...]
                                       [--keep DIR | --replay DIR]
@@ -65,6 +69,16 @@ def truncated(records, t):
     return out
 
 
+def drain_after(records, t: float) -> float:
+    """The drain a stop at t costs: until the last request in flight at t has ended, within the suite's drain timeout
+    (level._drain). Read off a level that ran on past t, where later requests kept the server as busy as before: an
+    upper bound, since after a real stop the batch shrinks as it drains."""
+    ok = sorted(r.end_time - r.send_time for r in records if r.ok and r.end_time <= t)
+    timeout = min(600.0, 3 * ok[len(ok) // 2] + 10) if ok else 600.0
+    ends = [r.end_time for r in records if r.send_time <= t < r.end_time]
+    return min(max(ends) - t, timeout) if ends else 0.0
+
+
 def old_interval(records, res):
     """The estimator before: k = min(30, window // lifetime) batches of >= a lifetime; unknown on zero spread."""
     if res.window_start is None or not res.lifetime_s:
@@ -87,7 +101,7 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
     plateau levels before it as that rule stopped them, `share` the plateau levels' share of the band under "now".
     Also returns the level's result where "last" and "now" stopped it."""
     end = min(max(r.end_time for r in records), t0 + cap)
-    stops: dict[str, float | None] = {"before": None, "last": None, "now": None}
+    stops: dict[str, float | None] = {"before": None, "last": None, "now": None, "least": None}
     earlier = earlier or {}
     rules = {rule: decides_plateau_level(floor, plateau_band, earlier.get(rule, ()),
                                          share=share if rule == "now" else PLATEAU_SHARE) if plateau_band else None
@@ -115,6 +129,8 @@ def stop_times(records, t0, concurrency, floor, policy, plateau_band: float | No
             mean, half = res.sustained_output_tps, res.sustained_output_tps_ci95
             trusted = (mean and half is not None and res.completed_in_window >= need and res.window_s >= 3.0
                        and res.lifetime_s and res.window_s / res.lifetime_s >= policy.trusted_window_lifetimes)
+            if trusted and stops["least"] is None:  # the first check any rule may stop at
+                stops["least"] = t - t0
             if stops[rule] is not None or not trusted:
                 continue
             decided = plateau(res) if plateau else floor_outcome(mean, half, floor) != "inconclusive"
@@ -186,7 +202,8 @@ def main() -> None:
         a.time_scale = json.loads((Path(a.replay) / "meta.json").read_text())["time_scale"]
     scale = a.time_scale / BASE_SCALE
     policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
-    total = {"before": 0.0, "last": 0.0, "now": 0.0}
+    total = {"before": 0.0, "last": 0.0, "now": 0.0, "least": 0.0}
+    drains = dict.fromkeys(total, 0.0)
     band = prof.measurement.plateau_band
     levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
@@ -208,10 +225,12 @@ def main() -> None:
         cells = []
         for k, v in stops.items():
             total[k] += (v if v is not None else cap) * a.time_scale
+            drains[k] += drain_after(records, t0 + (v if v is not None else cap)) * a.time_scale
             cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
                          f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
-        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; sim behind {behind:.0%}{at}",
-              flush=True)
+        drain = drain_after(records, t0 + (stops["now"] if stops["now"] is not None else cap))
+        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; now's drain {drain:.0f} s "
+              f"({drain * a.time_scale / 60:.1f} min real); sim behind {behind:.0%}{at}", flush=True)
         if plateau and len(mine["now"]) == len(compared) > 1:  # the plateau's ratios as "now" stopped its levels
             first, *rest = mine["now"]
             for lv, r in zip(compared[1:], rest):
@@ -221,7 +240,8 @@ def main() -> None:
                 print(f"  {cname} plateau at now's stops: c{lv} / c{compared[0]} = {ratio:.3f} ± {noise:.2%}: "
                       f"{ratio_outcome(ratio, noise, band)} (band ±{band:.0%}, share {share:.2f})")
     for k, v in total.items():
-        print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h)")
+        print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h); with their "
+              f"drains {(v + drains[k]) / 60:.0f} min ({(v + drains[k]) / 3600:.1f} h)")
 
 
 if __name__ == "__main__":
