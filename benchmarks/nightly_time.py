@@ -204,6 +204,7 @@ def main() -> None:
     policy = MeasurementPolicy(ci_target=prof.measurement.ci_target)
     total = {"before": 0.0, "last": 0.0, "now": 0.0, "least": 0.0}
     drains = dict.fromkeys(total, 0.0)
+    host_rows: list[bool] = []
     band = prof.measurement.plateau_band
     levels = [int(x) for x in a.levels.split(",")]
     print(f"sim-seed at time scale {a.time_scale:g}: stop time per level (s at this scale) and the real system's")
@@ -229,8 +230,11 @@ def main() -> None:
             cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
                          f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
         drain = drain_after(records, t0 + (stops["now"] if stops["now"] is not None else cap))
+        host_rows.append(behind > policy.max_sim_behind)
         print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; now's drain {drain:.0f} s "
-              f"({drain * a.time_scale / 60:.1f} min real); sim behind {behind:.0%}{at}", flush=True)
+              f"({drain * a.time_scale / 60:.1f} min real); sim behind {behind:.0%}{at}"
+              f"{' (the host: the suite would call this level disturbed)' if behind > policy.max_sim_behind else ''}",
+              flush=True)
         if plateau and len(mine["now"]) == len(compared) > 1:  # the plateau's ratios as "now" stopped its levels
             first, *rest = mine["now"]
             for lv, r in zip(compared[1:], rest):
@@ -239,6 +243,11 @@ def main() -> None:
                                    r.sustained_output_tps_ci95 / r.sustained_output_tps)
                 print(f"  {cname} plateau at now's stops: c{lv} / c{compared[0]} = {ratio:.3f} ± {noise:.2%}: "
                       f"{ratio_outcome(ratio, noise, band)} (band ±{band:.0%}, share {share:.2f})")
+    hosts = sum(1 for x in host_rows if x)
+    if hosts:
+        print(f"{hosts} level(s) ran with the simulator more than {policy.max_sim_behind:.0%} behind real time: this "
+              f"host cannot hold time scale {a.time_scale:g} there, and their rows are the host's (a lower "
+              f"--time-scale is the honest run)")
     for k, v in total.items():
         print(f"levels' time to verdict, {k}: {v / 60:.0f} min of the real system ({v / 3600:.1f} h); with their "
               f"drains {(v + drains[k]) / 60:.0f} min ({(v + drains[k]) / 3600:.1f} h)")
