@@ -196,6 +196,18 @@ def test_floor_message_names_everything():
         assert needle in v.message, needle
 
 
+def test_a_late_simulator_is_named_for_its_share_of_the_drop_and_never_said_to_be_under_a_limit_it_passed():
+    # sim-seed rr2048 c2048 on a 2-core Intel VM (2026-12-05): 11.7% late, the level INVALID for it (limit 5%); the
+    # floor's message inside said "under its disturbance limit"
+    e = Entry(metric="sustained_output_tps", value=19555.4, tolerance=0.05, taken_at="2026-11-29", source="run x",
+              sglperf_version="0.1.0")
+    for late in (0.03, 0.117):
+        level = dataclasses.replace(lr(2048, 18023.4, ci=526.9), sim_behind_share=late)
+        v = check_floor(level, e, where="sim-seed/rr2048-cds8 c2048", baseline_source="b.json", log_path=None)
+        assert v.outcome == "inconclusive"
+        assert f"the simulator ran {late:.1%} late" in v.message and "under its disturbance limit" not in v.message
+
+
 def test_ab_seed_gain_and_no_loss():
     c1, c2 = predict_ceiling(495_488, 64, 128, 128, 1024), predict_ceiling(495_488, 64, 128, 128, 2048)
     base = {256: lr(256, 705), 2048: lr(2048, 1640)}

@@ -204,8 +204,8 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     if outcome == "inconclusive":
         msg += "; the 95% interval straddles the floor"
         if slack and value - (ci or 0) < floor:
-            msg += (f" (the simulator ran {slack:.1%} late against its own step times, under its disturbance limit: "
-                    f"that much of the drop may be the host's)")
+            msg += (f" (the simulator ran {slack:.1%} late against its own step times: that much of the drop may be "
+                    f"the host's)")  # over the disturbance limit the level is INVALID, and that message says so
     stolen = max(steal_share(r) for r in starts)
     if outcome != "pass" and stolen >= STEAL_NAMED:
         msg += (f"; the hypervisor stole up to {stolen:.1%} of the CPU the work wanted, under the disturbance limit "
