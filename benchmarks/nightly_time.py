@@ -223,18 +223,17 @@ def main() -> None:
         res = at_stop["now"]
         v, half = res.sustained_output_tps, res.sustained_output_tps_ci95
         at = f"; now stopped at {v:,.0f} ± {half / v:.2%}" if v and half else ""
-        cells = []
+        cells, drain = [], {}
         for k, v in stops.items():
-            total[k] += (v if v is not None else cap) * a.time_scale
-            drains[k] += drain_after(records, t0 + (v if v is not None else cap)) * a.time_scale
-            cells.append(f"{k} {'>' if v is None else ''}{v if v is not None else cap:6.0f} s "
-                         f"({(v if v is not None else cap) * a.time_scale / 60:5.1f} min real)")
-        drain = drain_after(records, t0 + (stops["now"] if stops["now"] is not None else cap))
+            t = v if v is not None else cap
+            drain[k] = drain_after(records, t0 + t)
+            total[k] += t * a.time_scale
+            drains[k] += drain[k] * a.time_scale
+            cells.append(f"{k} {'>' if v is None else ''}{t:6.0f} s ({t * a.time_scale / 60:5.1f} min real)")
         host_rows.append(behind > policy.max_sim_behind)
-        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; now's drain {drain:.0f} s "
-              f"({drain * a.time_scale / 60:.1f} min real); sim behind {behind:.0%}{at}"
-              f"{' (the host: the suite would call this level disturbed)' if behind > policy.max_sim_behind else ''}",
-              flush=True)
+        print(f"  {cname} c{level}{' (plateau)' if plateau else ''}: {'  '.join(cells)}; now's drain "
+              f"{drain['now']:.0f} s ({drain['now'] * a.time_scale / 60:.1f} min real); sim behind {behind:.0%}{at}"
+              f"{' (the host: the suite would call this level disturbed)' if host_rows[-1] else ''}", flush=True)
         if plateau and len(mine["now"]) == len(compared) > 1:  # the plateau's ratios as "now" stopped its levels
             first, *rest = mine["now"]
             for lv, r in zip(compared[1:], rest):
@@ -243,8 +242,7 @@ def main() -> None:
                                    r.sustained_output_tps_ci95 / r.sustained_output_tps)
                 print(f"  {cname} plateau at now's stops: c{lv} / c{compared[0]} = {ratio:.3f} ± {noise:.2%}: "
                       f"{ratio_outcome(ratio, noise, band)} (band ±{band:.0%}, share {share:.2f})")
-    hosts = sum(1 for x in host_rows if x)
-    if hosts:
+    if hosts := sum(host_rows):
         print(f"{hosts} level(s) ran with the simulator more than {policy.max_sim_behind:.0%} behind real time: this "
               f"host cannot hold time scale {a.time_scale:g} there, and their rows are the host's (a lower "
               f"--time-scale is the honest run)")
