@@ -46,7 +46,7 @@ from sglperf.judge.verdict import PLATEAU_SHARE, decides_plateau_level, floor_ou
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
-from sglperf.measure.level import LevelSpec, measure_level  # noqa: E402
+from sglperf.measure.level import LevelSpec, drain_timeout, measure_level  # noqa: E402
 from sglperf.measure.metrics import LevelEnd, MeasurementPolicy, level_result, token_arrivals  # noqa: E402
 from sglperf.record import baselines  # noqa: E402
 from sglperf.records import RequestRecord  # noqa: E402
@@ -73,10 +73,8 @@ def drain_after(records, t: float) -> float:
     """The drain a stop at t costs: until the last request in flight at t has ended, within the suite's drain timeout
     (level._drain). Read off a level that ran on past t, where later requests kept the server as busy as before: an
     upper bound, since after a real stop the batch shrinks as it drains."""
-    ok = sorted(r.end_time - r.send_time for r in records if r.ok and r.end_time <= t)
-    timeout = min(600.0, 3 * ok[len(ok) // 2] + 10) if ok else 600.0
     ends = [r.end_time for r in records if r.send_time <= t < r.end_time]
-    return min(max(ends) - t, timeout) if ends else 0.0
+    return min(max(ends) - t, drain_timeout([r for r in records if r.end_time <= t])) if ends else 0.0
 
 
 def old_interval(records, res):

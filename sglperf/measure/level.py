@@ -292,6 +292,14 @@ async def _watch(gen, load: asyncio.Task, check: Checker, spec: LevelSpec, polic
             return stop, decision
 
 
+def drain_timeout(records) -> float:
+    """How long a drain may last: 3 median lifetimes of the requests finished so far + 10 s (10 s lifetimes where
+    none has finished), at most 10 minutes."""
+    ok = sorted(r.end_time - r.send_time for r in records if r.ok)
+    lifetime = ok[len(ok) // 2] if ok else 10.0
+    return min(600.0, 3 * lifetime + 10)
+
+
 async def _drain(gen, load: asyncio.Task, stop: Stop, spec: LevelSpec, clock) -> Stop:
     """Requests in flight finish (up to the drain timeout: 3 median lifetimes + 10 s); a level cut short or failing
     cancels them. The drain is part of the level: a server that goes silent then has stalled as much as one that goes
@@ -302,9 +310,7 @@ async def _drain(gen, load: asyncio.Task, stop: Stop, spec: LevelSpec, clock) ->
         load.cancel()
         await asyncio.gather(load, return_exceptions=True)
         return stop
-    ok = sorted(r.end_time - r.send_time for r in gen.records if r.ok)
-    lifetime = ok[len(ok) // 2] if ok else 10.0
-    drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else min(600.0, 3 * lifetime + 10)
+    drain = spec.drain_timeout_s if spec.drain_timeout_s is not None else drain_timeout(gen.records)
     t0 = clock()
     quiet_from = t0 - (spec.stall_timeout_s if gen.last_chunk_time is None else 0.0)
     while not load.done():
