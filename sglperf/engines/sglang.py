@@ -7,13 +7,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from importlib import metadata
 from pathlib import Path
 
+from ..fileio import cache_dir
 from ..records import Ceiling, ServerSample
 from .base import Engine, FlagCheck, Series, server_count
+from .sglang_model import MODEL, make_model
 
 VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
+
+
+def gpu_model_dir() -> Path:
+    """The tiny model's config and tokenizer for SGLang on a GPU (its weights are SGLang's dummy ones)."""
+    return cache_dir() / f"sglang-gpu-model-llama-{MODEL['hidden_size']}x{MODEL['num_hidden_layers']}-dummy"
 
 
 def vendored_flags() -> set[str]:
@@ -109,11 +117,14 @@ class SGLang(Engine):
     PLACEHOLDERS = ("{sglang_cpu_python}", "{sglang_cpu_model}")
 
     def prepare(self, argv: list[str]) -> None:
-        """Real SGLang on the CPU (engines/sglang_cpu.py) where the launch template names it."""
+        """Real SGLang on the CPU (engines/sglang_cpu.py) where the launch template names it; the tiny model's
+        config and tokenizer for a GPU host (`--load-format dummy`) where it names that."""
         if any(part in self.PLACEHOLDERS for part in argv):
             from . import sglang_cpu
 
             sglang_cpu.prepare()
+        if "{sglang_gpu_model}" in argv and not (gpu_model_dir() / "config.json").exists():
+            make_model(sys.executable, gpu_model_dir(), weights=False)
 
     def resolve(self, part: str) -> str:
         from . import sglang_cpu
@@ -122,6 +133,8 @@ class SGLang(Engine):
             return str(sglang_cpu.python())
         if part == "{sglang_cpu_model}":
             return str(sglang_cpu.model_dir())
+        if part == "{sglang_gpu_model}":
+            return str(gpu_model_dir())
         return super().resolve(part)
 
     def vocab_size(self, url, api_key, info, timeout=10.0):

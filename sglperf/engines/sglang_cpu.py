@@ -21,13 +21,10 @@ from pathlib import Path
 
 from ..categories import InfraError
 from ..fileio import atomic_write_bytes, cache_dir
+from .sglang_model import MODEL, make_model
 
 VERSION = "0.5.23"
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "data" / f"sglang-{VERSION}-cpu.txt"
-VOCAB = 32000
-MODEL = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             intermediate_size=512, max_position_embeddings=512)
-FIRST_WORD_ID = 3  # <unk> <s> </s>, then w0 ... w31996: one word, one token
 STAND_IN = '''"""sglperf's stand-in for SGLang's CPU kernel package (sglang-kernel's CPU build is not on PyPI): every name
 ending in _cpu is a function that raises NotImplementedError; any other name is an AttributeError. Plain serving
 calls none of them; a call means a feature that needs the real kernels (speculative decoding, KV moves)."""
@@ -42,20 +39,6 @@ def __getattr__(name):
         return missing
     raise AttributeError(name)
 '''
-MAKE_MODEL = '''
-import sys, torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-out, seed, vocab, shape = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), eval(sys.argv[4])
-words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(vocab - 3)}}
-tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(out)
-torch.manual_seed(seed)
-LlamaForCausalLM(LlamaConfig(vocab_size=vocab, bos_token_id=1, eos_token_id=2, **shape)).save_pretrained(out)
-'''
-
-
 class PrepareError(InfraError):
     pass
 
@@ -112,9 +95,7 @@ def prepare(seed: int = 0) -> tuple[Path, Path]:
     model = model_dir(seed)
     if not (model / "model.safetensors").exists():
         t = time.monotonic()
-        tmp = model.with_name(model.name + f".tmp-{os.getpid()}")
-        _run("making the tiny model", [str(python()), "-c", MAKE_MODEL, str(tmp), str(seed), str(VOCAB), repr(MODEL)])
-        os.replace(tmp, model)
+        make_model(python(), model, seed, weights=True)
         _log(f"model ready in {time.monotonic() - t:.1f} s: {model}")
     _log(f"prepared in {time.monotonic() - t_all:.0f} s")
     return python(), model
