@@ -4,9 +4,9 @@ when each would have stopped:
 - before: a CI only from 10 batches of at least one request lifetime, to +/-1%, or decided against the floor;
 - last: a window of 3 service lifetimes (metrics.service_lifetime) after a warm-up of the running requests, the
   interval of measure/intervals.py converged or decided (a plateau level: also within a third of the band,
-  verdict.PLATEAU_SHARE, and a plateau level measured after another also once its ratio to it is decided with both
-  intervals: verdict.decides_plateau_level with `earlier`): the rule until 2026-12-04's nineteenth session;
-- now: as last, the plateau levels' share from the ratios the baseline measured among them (verdict.plateau_share,
+  plateau.PLATEAU_SHARE, and a plateau level measured after another also once its ratio to it is decided with both
+  intervals: plateau.decides_plateau_level with `earlier`): the rule until 2026-12-04's nineteenth session;
+- now: as last, the plateau levels' share from the ratios the baseline measured among them (plateau.plateau_share,
   as Suite.decides): what the level runner does now;
 - least: the first check at which the interval may be trusted at all (3 service lifetimes of window after the
   warm-up), whatever it reads: no stopping rule of this protocol stops sooner.
@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglperf import engines, profiles  # noqa: E402
 from sglperf.fileio import atomic_write_json, write_jsonl  # noqa: E402
-from sglperf.judge.verdict import PLATEAU_SHARE, decides_plateau_level, floor_outcome, plateau_compares, \
-    plateau_share, ratio_outcome  # noqa: E402
+from sglperf.judge.plateau import PLATEAU_SHARE, decides_plateau_level, plateau_compares, plateau_share, ratio_outcome
+from sglperf.judge.floor import floor_outcome
 from sglperf.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402

@@ -7,7 +7,8 @@ from fixtures.plugin import allure_on, outcome, remeasure_least_precise, settle
 from sglperf.report import allure as report
 from sglperf.categories import INVALID
 from sglperf.record.recorder import ABDoc
-from sglperf.judge.verdict import check_ab, judged_start, starts_judged
+from sglperf.judge.ab import check_ab
+from sglperf.judge.starts import judged_start, starts_judged
 
 
 def test_config_ab(perf_profile, perf_session, request):

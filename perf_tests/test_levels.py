@@ -9,7 +9,8 @@ from sglperf.report import allure as report
 from sglperf.categories import INFRA, INVALID
 from sglperf.judge.latency import check_ceiling, over_starts, verdict_over_starts
 from sglperf.records import METRICS
-from sglperf.judge.verdict import another_start, check_floor
+from sglperf.judge.starts import another_start
+from sglperf.judge.floor import check_floor
 
 
 def _benchmark_info(m) -> dict:

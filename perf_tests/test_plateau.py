@@ -9,7 +9,7 @@ from fixtures.plugin import allure_on, evidence_on_failure, settle
 from sglperf.report import allure as report, plots
 from sglperf.categories import INFRA, INVALID
 from sglperf.record.recorder import PlateauDoc
-from sglperf.judge.verdict import check_plateau
+from sglperf.judge.plateau import check_plateau
 
 
 def test_kv_plateau(perf_config, perf_session, request):
@@ -96,7 +96,7 @@ def _check(run, perf_session):
 
 def _over_starts(run, results, compared, band, v):
     """No start measuring the compared levels together is allowed: decide over all the starts each was measured on,
-    the baseline's between-start noise in their intervals (verdict.over_starts). The floors' re-measures of an H200
+    the baseline's between-start noise in their intervals (starts.over_starts). The floors' re-measures of an H200
     run had spent its starts on c64 and c128, whose first start ran c64 in two regimes."""
     over = run.over_starts(compared)
     if over is None:

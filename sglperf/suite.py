@@ -33,10 +33,11 @@ from .redact import api_key_from_env, argv_secrets, env_secrets, redact, redact_
 from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
 from .record.rundoc import CanaryDoc
 from .records import Ceiling, LevelResult
-from .judge import verdict
+from .judge import count, plateau
+from .judge.starts import over_starts as over_all_starts
 from .judge.noise import Noise
 from .judge.canary import CanaryVerdict, check_canary
-from .judge.verdict import decides_floor
+from .judge.floor import decides_floor
 
 
 
@@ -188,13 +189,13 @@ class ConfigRun:
         return self.suite.replicate_levels(self, levels, why)
 
     def over_starts(self, levels: list[int]) -> dict[int, LevelResult] | None:
-        """`levels` over all their server starts with the baseline's between-start noise (verdict.over_starts),
+        """`levels` over all their server starts with the baseline's between-start noise (starts.over_starts),
         or None where the baseline calibrated none or this host is not one it measured."""
         bf, _ = self.baseline()
         if bf is None or self.host_outside(bf):
             return None
         starts = self.suite.starts(self.profile.name, self.name)
-        return verdict.over_starts({lv: starts[lv] for lv in levels if lv in starts}, self.noise(self.name, levels))
+        return over_all_starts({lv: starts[lv] for lv in levels if lv in starts}, self.noise(self.name, levels))
 
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
@@ -215,9 +216,9 @@ class ConfigRun:
                 f"failed ({v.category.prefix}; test_output_canary quotes the tokens): a server that returns "
                 f"garbage may be fast")
 
-    def server_count(self, r) -> "verdict.CountVerdict":
+    def server_count(self, r) -> "count.CountVerdict":
         """The client's sustained tok/s against the server's own count over the same window."""
-        return verdict.check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
+        return count.check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
                                           counts_at_completion=self.engine.counts_at_completion,
                                           cap=self.ceiling.effective if self.ceiling else None)
 
@@ -597,14 +598,14 @@ class Suite:
         if entry is None:
             return None
         levels = self.levels(run.profile)
-        compared = [lv for lv in levels if verdict.plateau_compares(lv, run.ceiling, levels)]
+        compared = [lv for lv in levels if plateau.plateau_compares(lv, run.ceiling, levels)]
         if level not in compared:
             return decides_floor(entry.floor)
         earlier = [r for lv, r in sorted(start.items())
                    if r.valid and not r.disturbances and lv < level and lv in compared]
         band = run.profile.measurement.plateau_band
         means = [e.value for lv in compared if (e := bf.entries(run.name, lv).get("sustained_output_tps"))]
-        return verdict.decides_plateau_level(entry.floor, band, earlier, share=verdict.plateau_share(band, means))
+        return plateau.decides_plateau_level(entry.floor, band, earlier, share=plateau.plateau_share(band, means))
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
         return self.measurements.get((profile, config, level))

@@ -13,7 +13,7 @@ from sglperf.environment import gpu
 from sglperf.report.drift import gpu_changes
 from sglperf.report.plots import level_disturbance
 from sglperf.records import GpuSample, HostSample, LevelResult
-from sglperf.judge.verdict import check_floor
+from sglperf.judge.floor import check_floor
 from tests.rundocs import result
 
 DATA = Path(__file__).parent / "data" / "gpu"

@@ -15,8 +15,8 @@ from sglperf.measure import intervals
 from sglperf.measure.intervals import aligned_batches, phased_spread, sustained_interval
 from sglperf.measure.metrics import MeasurementPolicy, level_result
 from sglperf.records import HostSample
-from sglperf.judge.verdict import (another_start, check_floor, combined, floor_outcome, judged_start,
-                                    outlier_start)
+from sglperf.judge.starts import another_start, judged_start
+from sglperf.judge.floor import check_floor, combined, floor_outcome, outlier_start
 from sglperf.record.baselines import Entry
 
 from . import rundocs

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from sglperf import engines, profiles
-from sglperf.judge.verdict import check_plateau
+from sglperf.judge.plateau import check_plateau
 from sglperf.measure.client import Target, Workload
 from sglperf.measure.level import LevelSpec, measure_level
 from sglperf.measure.metrics import MeasurementPolicy
@@ -52,7 +52,7 @@ def test_the_plateau_shows_on_the_server_side(ladder):
     at_ceiling, past = ladder[2].result, ladder[3].result
     assert past.server_max_running <= 48
     assert past.server_mean_queued > 0
-    # not violated as the suite judges a plateau (verdict.check_plateau, sim-ci's band): a fixed 7% on point values
+    # not violated as the suite judges a plateau (plateau.check_plateau, sim-ci's band): a fixed 7% on point values
     # went red on a 2-core Intel Xeon CI host, 2026-12-03 (c96 2,832.6 against c48 2,615.6)
     ceiling = Ceiling(kv=48, cap=None, effective=48, binding="kv", tokens_per_request=64)
     v = check_plateau({48: at_ceiling, 96: past}, ceiling, band=profiles.load("sim-ci").measurement.plateau_band)

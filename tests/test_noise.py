@@ -225,7 +225,7 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
     p16 c8 of a one-start run is undecided: its lockstep-counted interval (±3.2%) is wider than its floor's 3.1%
     (live, the level is measured again after a restart). The planted slowdown fails at least four of its six
     levels. The six runs judged live, three in a row on each of two fresh hosts, pass; the slowed one fails."""
-    from sglperf.judge.verdict import check_floor
+    from sglperf.judge.floor import check_floor
     from sglperf.record.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-02"
@@ -266,7 +266,7 @@ def test_h200_levels_the_hypervisor_disturbed_are_invalid_never_regressions_and_
     disturbed: INVALID, not the regressions its means read. The documented slowed run and the planted 4 idle layers
     (about -10%) still fail as regressions wherever an undisturbed start decided."""
     from fixtures.plugin import settle_over_starts
-    from sglperf.judge.verdict import check_floor
+    from sglperf.judge.floor import check_floor
     from sglperf.record.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04"
@@ -317,8 +317,9 @@ def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_
     """Three judged runs of 2026-12-03 on a fresh host (01d59ecd4f8f), replayed as test_plateau judges them: the
     levels of the first start, then over all starts with the baseline's between-start noise where that start leaves
     it undecided. p32 c128 reads 5-8% under c64 there; with the 95% interval inside ±15% two of the three were
-    INCONCLUSIVE live, with the equivalence test's 90% interval (verdict.TOST_SHARE) all three pass."""
-    from sglperf.judge.verdict import check_plateau, over_starts
+    INCONCLUSIVE live, with the equivalence test's 90% interval (plateau.TOST_SHARE) all three pass."""
+    from sglperf.judge.plateau import check_plateau
+    from sglperf.judge.starts import over_starts
     from sglperf.record.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
@@ -353,7 +354,7 @@ def test_a_fresh_h200_host_that_slowed_within_minutes_is_no_regression_and_its_s
     from fixtures.plugin import settle_over_starts
     from sglperf import profiles
     from sglperf.environment.host import STEAL_REASON, steal_limit
-    from sglperf.judge.verdict import check_floor
+    from sglperf.judge.floor import check_floor
     from sglperf.record.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04b"
@@ -415,7 +416,7 @@ def test_the_committed_h200_baseline_on_a_quiet_fresh_host_three_green_the_slowd
 def floor_verdicts(path: Path, bf) -> list:
     """(where, verdict, starts) for each floor of a stored run, judged as it was at its last start: over the level's
     undisturbed starts (all, where every one was disturbed)."""
-    from sglperf.judge.verdict import check_floor
+    from sglperf.judge.floor import check_floor
     from sglperf.record.rundoc import load_run
 
     out = []
@@ -480,7 +481,8 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     start disturbed by steal (5%, 2%, 34% of the CPU wanted): its plateau is not judged (INVALID naming the steal
     live), where before it would have compared the stolen starts."""
     from sglperf.environment import host_speed
-    from sglperf.judge.verdict import check_plateau, over_starts
+    from sglperf.judge.plateau import check_plateau
+    from sglperf.judge.starts import over_starts
     from sglperf.record.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
@@ -522,7 +524,8 @@ def test_the_h200_ab_of_every_judged_run_on_a_fresh_host_passes_as_the_suite_set
     judged runs of 2026-12-04 and 2026-12-05 against the committed baseline, each level as its floor judged it over
     its starts: CI leaves the CPU engines' A/B out (their gain is as large as the host's CPU), so this is where a
     real engine's A/B is judged in the suite's own tests."""
-    from sglperf.judge.verdict import check_ab, judged_start, starts_judged
+    from sglperf.judge.ab import check_ab
+    from sglperf.judge.starts import judged_start, starts_judged
     from sglperf.record.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 

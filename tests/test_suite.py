@@ -108,7 +108,7 @@ def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path
 def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge_plus_the_scrapes_timing():
 
     from sglperf import engines
-    from sglperf.judge.verdict import server_agreement
+    from sglperf.judge.count import server_agreement
 
     from .rundocs import result
 

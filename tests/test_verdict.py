@@ -9,8 +9,9 @@ from sglperf.record.baselines import Entry
 from sglperf.records import Ceiling, LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
-from sglperf.judge.verdict import (PLATEAU_SHARE, check_ab, check_floor, check_plateau, decides_floor,
-                                   decides_plateau_level, plateau_compares, plateau_share, ratio_outcome)
+from sglperf.judge.plateau import PLATEAU_SHARE, check_plateau, decides_plateau_level, plateau_compares, plateau_share, ratio_outcome
+from sglperf.judge.ab import check_ab
+from sglperf.judge.floor import check_floor, decides_floor
 
 S = Summary(None, None, None, None, 0)
 
@@ -327,7 +328,7 @@ def test_an_undecided_pooled_gain_names_every_level_it_rests_on():
 def test_a_plateau_undecided_on_one_start_is_judged_over_all_starts_with_the_between_start_noise():
     # an H200 run (llama.cpp, 32 slots): c64's first start ran in two regimes inside its window, 2,088 ± 926; the
     # floors had measured c64 and c128 again on other starts
-    from sglperf.judge.verdict import over_starts
+    from sglperf.judge.starts import over_starts
     c = predict_ceiling(128 * 64, 64, 32, 32, 32)
     starts = {64: [lr(64, 2087.7, ci=926.3, running=32, queued=29), lr(64, 2412.0, ci=46.7, running=32, queued=29)],
               128: [lr(128, 2340.5, ci=63.8, running=32, queued=92), lr(128, 2301.3, ci=40.0, running=32, queued=92)]}
@@ -364,9 +365,9 @@ def test_starts_are_weighed_by_their_precision_so_one_wide_start_leaves_a_level_
 
 def test_only_a_drop_beyond_what_the_stolen_cpu_explains_is_a_regression_on_a_host_steal_disturbed():
     """Every start disturbed: a steal of 16% of the CPU the work wanted explains a fall of up to 32% below the floor
-    (verdict.STEAL_COST), not a two-thirds drop; the same drop beside another disturbance (other processes' CPU,
+    (disturbance.STEAL_COST), not a two-thirds drop; the same drop beside another disturbance (other processes' CPU,
     whose cost no share bounds) says nothing."""
-    from sglperf.judge.verdict import beyond_steal
+    from sglperf.judge.disturbance import beyond_steal
 
     entry = Entry(metric="sustained_output_tps", value=1631.8, tolerance=0.038, noise_cv=0.014, runs=20,
                   noise_df=24.0, min_tolerance=0.03, taken_at="2026-12-02", source="s", sglperf_version="0")

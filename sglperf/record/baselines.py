@@ -423,7 +423,7 @@ def run_hosts(runs: list[RunDoc], hosts: dict[str, str] | None = None) -> list[s
 def run_value(config, level: str, noise: Noise | None = None):
     """A run's one value of a level for a calibration: its first server start that the floor keeps (judge/verdict.
     first_kept: undisturbed, not set aside as another mode of the server's start)."""
-    from ..judge.verdict import first_kept  # verdict reads Entry from here
+    from ..judge.starts import first_kept  # verdict reads Entry from here
 
     return first_kept([config.levels[level], *config.replicates.get(level, [])], noise)
 
@@ -432,7 +432,7 @@ def run_restarts(runs: list[RunDoc], levels, metric: str = "sustained_output_tps
                  noise: dict | None = None) -> list[list[tuple[float, float]]]:
     """Per run and level (of `levels`: (config, level) pairs), the starts its floor would keep, as (value, own
     relative SE): what judge/noise.restart_share pools."""
-    from ..judge.verdict import kept_starts
+    from ..judge.starts import kept_starts
 
     out = []
     for r in runs:

@@ -1,0 +1,58 @@
+"""The server's count: the client's sustained tok/s against the server's own token counter over the same window;
+two counts that disagree mean the measurement cannot be trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ..categories import INVALID
+from ..records import LevelResult
+
+
+@dataclass(frozen=True)
+class CountVerdict:
+    """The client's sustained tok/s against the server's own token counter over the same window."""
+
+    outcome: str  # "pass" | "invalid" (the two counts disagree: the measurement cannot be trusted) | "not judged"
+    ratio: float | None
+    allowed: float
+    message: str
+
+    def failure(self, where: str = "") -> str:
+        return self.message
+
+
+def server_agreement(r: LevelResult, *, tolerance: float, counts_at_completion: bool,
+                     cap: int | None) -> tuple[float, str]:
+    """How far the client's sustained tok/s may differ from the server's count over the window, and why.
+    A counter that moves only when requests finish is known to one cohort of completions (running x osl tokens) at
+    each window edge, so its bound is 2 x cohort / tokens counted in the window, where that is larger than
+    `tolerance`. On top of either: the scrapes' own timing (a counter read somewhere inside a round trip is known at
+    a window edge to half of it) and the client's token times, late by its event loop's lag (docs/measurement.md)."""
+    tol, why = tolerance, f"±{tolerance:.0%}"
+    if counts_at_completion and r.server_output_tps and r.window_s:
+        cohort = min(r.concurrency or 1, cap or r.concurrency or 1) * r.osl
+        edge = 2 * cohort / (r.server_output_tps * r.window_s)
+        if edge > tol:
+            tol, why = edge, (f"±{edge:.1%}: the server counts a request's {r.osl} tokens when it finishes, so "
+                              f"each window edge is uncertain by up to {cohort} tokens ({r.window_s:.0f} s window)")
+    scrapes = r.server_edges_uncertainty_s or 0.0
+    lag = 2 * (r.client_lag_p99_ms or 0.0) / 1e3
+    timing = (scrapes + lag) / r.window_s if r.window_s else 0.0
+    if timing >= 0.0005:
+        why += (f" + {timing:.1%} for timing at the window's edges ({scrapes * 1e3:.0f} ms of scrape round trip, "
+                f"2 x {lag / 2 * 1e3:.0f} ms of client loop lag p99; {r.window_s:.1f} s window)")
+    return tol + timing, why
+
+
+def check_server_count(r: LevelResult, *, where: str, tolerance: float, counts_at_completion: bool,
+                       cap: int | None) -> CountVerdict:
+    if r.server_output_tps is None or r.server_ratio is None:
+        return CountVerdict("not judged", None, tolerance, f"{where}: the server exposes no token counter")
+    tol, why = server_agreement(r, tolerance=tolerance, counts_at_completion=counts_at_completion, cap=cap)
+    text = (f"{where} c{r.concurrency}: client {r.sustained_output_tps:,.1f} tok/s, server {r.server_output_tps:,.1f}"
+            f" over the same window, ratio {r.server_ratio:.4f}, allowed {why}")
+    if abs(r.server_ratio - 1) <= tol:
+        return CountVerdict("pass", r.server_ratio, tol, text)
+    return CountVerdict("invalid", r.server_ratio, tol, f"{INVALID}: {text}: the client and the server disagree on "
+                                                        f"how many tokens were streamed")
