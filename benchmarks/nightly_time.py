@@ -48,7 +48,7 @@ from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
 from sglperf.measure.level import LevelSpec, drain_timeout, measure_level  # noqa: E402
 from sglperf.measure.metrics import LevelEnd, MeasurementPolicy, level_result, token_arrivals  # noqa: E402
-from sglperf.record import baselines  # noqa: E402
+from sglperf.store import baselines  # noqa: E402
 from sglperf.records import RequestRecord  # noqa: E402
 
 BASE_SCALE = 10.0

@@ -6,7 +6,7 @@ import pytest
 from fixtures.plugin import allure_on, outcome, remeasure_least_precise, settle
 from sglperf.report import allure as report
 from sglperf.categories import INVALID
-from sglperf.record.recorder import ABDoc
+from sglperf.store.recorder import ABDoc
 from sglperf.judge.ab import check_ab
 from sglperf.judge.starts import judged_start, starts_judged
 

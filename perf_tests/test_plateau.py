@@ -8,7 +8,7 @@ import pytest
 from fixtures.plugin import allure_on, evidence_on_failure, settle
 from sglperf.report import allure as report, plots
 from sglperf.categories import INFRA, INVALID
-from sglperf.record.recorder import PlateauDoc
+from sglperf.store.recorder import PlateauDoc
 from sglperf.judge.plateau import check_plateau
 
 

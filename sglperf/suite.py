@@ -15,7 +15,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .record import baselines, fleet, history
+from .store import baselines, fleet, history
 from . import engines, profiles
 from .environment import fingerprint, gpu, host_speed
 from .environment.host import open_files_problem
@@ -30,12 +30,13 @@ from .measure.level import LevelMeasurement, LevelSpec, ServerWatch, parse_level
 from .measure.metrics import MeasurementPolicy
 from .measure.negotiate import connect, vocabulary_problem
 from .redact import api_key_from_env, argv_secrets, env_secrets, redact, redact_argv, register, secrets
-from .record.recorder import RunRecorder, ServerDoc, mark_abandoned
-from .record.rundoc import CanaryDoc
+from .store.recorder import RunRecorder, ServerDoc, mark_abandoned
+from .store.rundoc import CanaryDoc
 from .records import Ceiling, LevelResult
 from .judge import count, plateau
 from .judge.starts import over_starts as over_all_starts
 from .judge.noise import Noise
+from .judge.noise import of as noise_of
 from .judge.canary import CanaryVerdict, check_canary
 from .judge.floor import decides_floor
 
@@ -62,7 +63,7 @@ class SuiteOptions:
     allure_dir: Path | None = None
     tokenizer: str | None = None
     client_procs: str | None = None  # a count or "auto", overriding the profile's
-    results_db: str | None = None  # the fleet's PostgreSQL (record/fleet.py); the JSONL history is kept as well
+    results_db: str | None = None  # the fleet's PostgreSQL (store/fleet.py); the JSONL history is kept as well
 
     def __post_init__(self) -> None:
         """Every option is checked before anything is launched or measured: a usage error names it and its range."""
@@ -228,8 +229,8 @@ class ConfigRun:
         out = {}
         for lv in levels:
             e = bf.entries(config, lv).get("sustained_output_tps") if bf else None
-            if e is not None and e.noise() is not None:
-                out[lv] = e.noise()
+            if e is not None and noise_of(e) is not None:
+                out[lv] = noise_of(e)
         return out
 
 class Suite:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from sglperf.records import LevelResult, Summary
-from sglperf.record.rundoc import ConfigDoc, LevelDoc, RunDoc
+from sglperf.store.rundoc import ConfigDoc, LevelDoc, RunDoc
 
 NO_SUMMARY = Summary(None, None, None, None, 0)
 

@@ -17,7 +17,7 @@ from sglperf.categories import InfraError
 from sglperf.engines.llamacpp import LlamaCpp
 from sglperf.engines.sglang import SGLang
 from sglperf.launch import LaunchSpec, launch
-from sglperf.record import baselines
+from sglperf.store import baselines
 
 from .conftest import assert_suite_passed, user_env
 from .rundocs import result, run_doc

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.record import baselines
-from sglperf.record.baselines import BaselineError
+from sglperf.store import baselines
+from sglperf.judge import calibration
+from sglperf.store.baselines import BaselineError
 
 from .rundocs import result, run_doc
 
@@ -78,10 +79,10 @@ def test_tolerance_comes_from_a_one_sided_99_percent_prediction_bound():
     from scipy import stats
 
     vals = [1000, 1010, 990, 1005, 995, 1000, 1002, 998]
-    mean, cv, tol = baselines.calibrated_tolerance(vals, floor=0.0)
+    mean, cv, tol = calibration.calibrated_tolerance(vals, floor=0.0)
     sd = (sum((v - mean) ** 2 for v in vals) / 7) ** 0.5
     assert tol == pytest.approx(stats.t.ppf(0.99, 7) * sd * (1 + 1 / 8) ** 0.5 / mean)
-    assert baselines.calibrated_tolerance(vals)[2] == baselines.MIN_TOLERANCE, "never below the floor"
+    assert calibration.calibrated_tolerance(vals)[2] == calibration.MIN_TOLERANCE, "never below the floor"
 
 
 def test_calibrated_tolerance_keeps_false_alarms_at_or_below_one_percent():
@@ -91,7 +92,7 @@ def test_calibrated_tolerance_keeps_false_alarms_at_or_below_one_percent():
     alarms = trials = 0
     for _ in range(4000):
         runs = rng.normal(1000, 30, 5)  # 3% CV
-        mean, _, tol = baselines.calibrated_tolerance(list(runs), floor=0.0)
+        mean, _, tol = calibration.calibrated_tolerance(list(runs), floor=0.0)
         alarms += rng.normal(1000, 30) < mean * (1 - tol)
         trials += 1
     print(f"false-alarm rate with calibrated tolerances: {alarms / trials:.2%} (target <= 1%)")
@@ -134,7 +135,7 @@ def test_calibrate_from_run_files(tmp_path):
     assert p.returncode == 0, p.stderr
     e = baselines.load(target).configs["rr24-cds4"]["8"]["sustained_output_tps"]
     assert e.runs == 4 and e.value == pytest.approx(1002.5) and e.noise_cv == pytest.approx(0.01708, abs=1e-4)
-    assert e.tolerance > baselines.MIN_TOLERANCE
+    assert e.tolerance > calibration.MIN_TOLERANCE
 
 
 def test_a_run_file_of_another_version_or_shape_is_a_clear_error(tmp_path):
@@ -194,7 +195,7 @@ def test_each_configs_entries_keep_that_configs_server_args():
 def test_the_h200_run_file_validates_and_holds_real_gpu_telemetry():
     """The run file ci/gpu-proof.sh wrote on the lent H200 (tests/data/gpu): today's parser reads it, and what it
     recorded of the GPU is what the GPU path produces."""
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     run = load_run(Path(__file__).parent / "data" / "gpu" / "h200-gpu1-llamacpp-run.json")
     fp = run.fingerprint

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sglperf.record.rundoc import load_run
+from sglperf.store.rundoc import load_run
 
 from .rundocs import bench_engine, bench_levels
 from .conftest import as_background_job

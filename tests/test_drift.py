@@ -8,8 +8,8 @@ import sys
 import numpy as np
 
 from sglperf.report import drift
-from sglperf.record import history
-from sglperf.record.rundoc import HistoryRecord
+from sglperf.store import history
+from sglperf.store.rundoc import HistoryRecord
 
 
 def records(values, fingerprints):

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglperf.record import baselines
+from sglperf.store import baselines
 from sglperf.launch import LaunchError, LaunchSpec, launch
 
 from .conftest import as_background_job, assert_suite_passed, user_env

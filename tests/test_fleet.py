@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sglperf.record import fleet, history
-from sglperf.record.rundoc import load_run
+from sglperf.store import fleet, history
+from sglperf.store.rundoc import load_run
 from sglperf.records import METRICS
 
 from .conftest import user_env

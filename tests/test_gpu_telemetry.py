@@ -129,7 +129,7 @@ def _level(value, ci, g):
 
 
 def test_a_regression_message_names_what_the_gpu_clocks_did():
-    from sglperf.record.baselines import Entry
+    from sglperf.store.baselines import Entry
 
     g = {"0": dict(samples=10, sm_mhz_mean=1320.0, sm_mhz_min=1200.0, power_w_mean=699.0, power_limit_w=700.0,
                    temp_c_max=60.0, reasons={"SW power cap": 1.0}, foreign=[])}

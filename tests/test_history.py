@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from sglperf.record import history
+from sglperf.store import history
 
 from .rundocs import result, run_doc
 

@@ -13,8 +13,9 @@ import pytest
 from sglperf import engines
 from sglperf.engines import llamacpp_build
 from sglperf.environment import host_speed
-from sglperf.record import baselines
-from sglperf.record.rundoc import load_run
+from sglperf.store import baselines
+from sglperf.judge import calibration
+from sglperf.store.rundoc import load_run
 
 from .conftest import user_env
 from .rundocs import result, run_doc
@@ -63,9 +64,9 @@ def test_extend_takes_the_new_runs_probes_and_pools_them_with_the_baselines():
         doc = run_doc(f"r{i}", {8: result(8, value=float(v))}, profile="gpu1-llamacpp", hardware_class="1 x GPU")
         doc.configs["rr24-cds4"].fingerprint = {"host_speed": {"score": speed}}
         docs.append(doc)
-    old, _ = baselines.calibrate(docs[:2], isl=32, osl=32)
+    old, _ = calibration.calibrate(docs[:2], isl=32, osl=32)
     old = old.model_copy(update={"host_speed": None})
-    grown, notes = baselines.extend(old, docs[2:])
+    grown, notes = calibration.extend(old, docs[2:])
     assert grown.description.endswith("; extended by 2 runs")
     assert grown.host_speed.runs == 2 and grown.host_speed.score == pytest.approx((39.5 * 40.5) ** 0.5, rel=1e-3)
     assert any("on a host more than" in n and "slower, a floor the server misses by no more than the CPU's share is "
@@ -148,7 +149,7 @@ def test_calibrate_keeps_the_runs_speed_and_its_spread_and_show_prints_the_band(
 
 
 def test_runs_without_a_probe_make_a_baseline_without_a_speed_and_it_judges_every_host():
-    bf, _ = baselines.calibrate([run_doc(f"r{i}", {8: result(8, value=v)}) for i, v in enumerate([1000.0, 1010.0])],
+    bf, _ = calibration.calibrate([run_doc(f"r{i}", {8: result(8, value=v)}) for i, v in enumerate([1000.0, 1010.0])],
                                 isl=32, osl=32)
     assert bf.host_speed is None
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sglperf.record import baselines
-from sglperf.record.rundoc import load_run
+from sglperf.judge import calibration
+from sglperf.judge.noise import of as noise_of
+from sglperf.store.rundoc import load_run
 from sglperf.environment.host import HostMonitor, disturbance, parse_psi_total
 from sglperf.measure import intervals
 from sglperf.measure.intervals import aligned_batches, phased_spread, sustained_interval
@@ -17,7 +18,7 @@ from sglperf.measure.metrics import MeasurementPolicy, level_result
 from sglperf.records import HostSample
 from sglperf.judge.starts import another_start, judged_start
 from sglperf.judge.floor import check_floor, combined, floor_outcome, outlier_start
-from sglperf.record.baselines import Entry
+from sglperf.store.baselines import Entry
 
 from . import rundocs
 from .rundocs import result
@@ -208,7 +209,7 @@ def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
             return rundocs.result(8, value=value, ci=value * level_ci)
 
         docs = [rundocs.run_doc(f"r{i}", {8 * (j + 1): run(m) for j, m in enumerate(mu)}) for i in range(5)]
-        bf, _ = baselines.calibrate(docs, isl=32, osl=32)
+        bf, _ = calibration.calibrate(docs, isl=32, osl=32)
         j = int(rng.integers(6))
         entry = bf.entries("rr24-cds4", 8 * (j + 1))["sustained_output_tps"]
         same = _judge(entry, lambda: run(mu[j]), replicates=3, used=used)
@@ -248,12 +249,12 @@ def test_two_starts_that_disagree_are_no_precise_mean():
     entry = Entry(metric="sustained_output_tps", value=997.0, tolerance=0.03, noise_cv=0.0298, runs=6, noise_df=10.9,
                   within_cv=0.0406, taken_at="2026-12-01", source="s", sglperf_version="0")
     apart = [result(value=696.9, ci=17.1), result(value=1004.6, ci=25.2)]
-    mean, half = combined(apart, "sustained_output_tps", entry.noise())
+    mean, half = combined(apart, "sustained_output_tps", noise_of(entry))
     assert mean == pytest.approx(850.75) and 90 < half < 105
     v = check_floor(apart, entry, where="p16 c8", baseline_source="b", log_path=None)
     assert v.outcome == "regression" and "this run's starts ±25.6% (SD)" in v.message
     close = [result(value=1001.0, ci=17.0), result(value=1004.0, ci=17.0)]
-    assert combined(close, "sustained_output_tps", entry.noise())[1] == pytest.approx(math.sqrt(2 * 17.0 ** 2) / 2)
+    assert combined(close, "sustained_output_tps", noise_of(entry))[1] == pytest.approx(math.sqrt(2 * 17.0 ** 2) / 2)
 
 
 def test_one_start_in_another_mode_is_set_aside_by_name_and_a_slow_server_is_not():
@@ -266,12 +267,12 @@ def test_one_start_in_another_mode_is_set_aside_by_name_and_a_slow_server_is_not
     v = check_floor(starts, entry, where="p32 c8", baseline_source="b", log_path=None)
     assert v.outcome == "pass" and v.set_aside == (0,)
     assert "start 1 (748.9) set aside: -25.6% from the other starts' 1,007.0" in v.message
-    assert judged_start(starts, entry.noise()).sustained_output_tps == pytest.approx((1017.4 + 996.5) / 2, rel=1e-3)
+    assert judged_start(starts, noise_of(entry)).sustained_output_tps == pytest.approx((1017.4 + 996.5) / 2, rel=1e-3)
     slow = [result(value=748.9, ci=91.2), result(value=790.0, ci=20.0), result(value=771.0, ci=18.0)]
     v = check_floor(slow, entry, where="p32 c8", baseline_source="b", log_path=None)
     assert v.outcome == "regression" and v.set_aside == ()
     two = starts[:2]  # two starts cannot say which one is apart
-    assert outlier_start(two, "sustained_output_tps", entry.noise()) == (None, "")
+    assert outlier_start(two, "sustained_output_tps", noise_of(entry)) == (None, "")
 
 
 def test_a_pass_near_the_floor_is_measured_again_and_a_regression_is_confirmed_over_every_start_allowed():

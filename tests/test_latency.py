@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sglperf.record import baselines
-from sglperf.record.baselines import Entry
+from sglperf.judge import calibration
+from sglperf.store.baselines import Entry
 from sglperf.cli.bench import table
 from sglperf.judge.latency import MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval
 from sglperf.measure.metrics import MeasurementPolicy, goodput, level_result
@@ -146,7 +146,7 @@ def test_calibrated_latency_ceilings_raise_at_most_one_percent_false_alarms(stat
         for _ in range(trials):
             def run(scale=1.0):
                 return rng.lognormal(np.log(100.0), 0.3, n) * rng.normal(1.0, cv) * scale
-            mean, _, tol = baselines.calibrated_tolerance([value(run()) for _ in range(4)])
+            mean, _, tol = calibration.calibrated_tolerance([value(run()) for _ in range(4)])
             ceiling = mean * (1 + tol)
             _, lo, hi = interval(run())
             outcome = ceiling_outcome(lo, hi, ceiling)

@@ -102,7 +102,7 @@ def test_a_planted_upward_import_is_found(tmp_path):
     planted = {
         "measure/level.py": "from ..judge.verdict import check_floor\n",
         "engines/base.py": "def f():\n    from ..judge import latency\n",
-        "record/history.py": "from sglperf.report import drift\n",
+        "store/history.py": "from sglperf.report import drift\n",
         "environment/gpu.py": "from .. import suite\n",
         "sim/engine.py": "from ..measure import client\n",
     }

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from sglperf.judge.noise import MAX_DF, Noise, moderate, prior
-from sglperf.record import baselines
+from sglperf.store import baselines
+from sglperf.judge import calibration
+from sglperf.judge.noise import of as noise_of
 
 from . import rundocs
 
@@ -30,7 +32,7 @@ def runs_of(level_cvs: dict[int, float], n: int, seed: int = 3, ci: float = 0.00
 
 
 def test_levels_that_agree_pool_their_variances():
-    bf, notes = baselines.calibrate(runs_of({lv: 0.02 for lv in (8, 16, 24, 32, 64, 96)}, n=5), isl=32, osl=32)
+    bf, notes = calibration.calibrate(runs_of({lv: 0.02 for lv in (8, 16, 24, 32, 64, 96)}, n=5), isl=32, osl=32)
     entries = [m["sustained_output_tps"] for lvls in bf.configs.values() for m in lvls.values()]
     assert all(e.noise_df > 4 for e in entries), "pooled: more than the n - 1 = 4 a level has alone"
     assert bf.pooled[0].levels == 6 and bf.pooled[0].cv == pytest.approx(0.02, rel=0.5)
@@ -39,7 +41,7 @@ def test_levels_that_agree_pool_their_variances():
 
 def test_a_level_that_stands_apart_keeps_most_of_its_own_variance():
     cvs = {8: 0.01, 16: 0.01, 24: 0.01, 32: 0.01, 64: 0.08, 96: 0.01}
-    bf, _ = baselines.calibrate(runs_of(cvs, n=5, seed=5), isl=32, osl=32)
+    bf, _ = calibration.calibrate(runs_of(cvs, n=5, seed=5), isl=32, osl=32)
     e = {int(lv): m["sustained_output_tps"] for lv, m in bf.configs["rr24-cds4"].items()}
     assert e[64].noise_cv > 3 * e[8].noise_cv, "the noisy level is not pooled down to its quiet neighbours"
     assert e[64].tolerance > e[8].tolerance
@@ -105,10 +107,10 @@ def test_calibrate_tells_the_hosts_part_of_the_noise_and_a_floor_over_starts_kee
     starts shrinks only by the restart part, not to a third of the variance."""
     rng = np.random.default_rng(3)
     docs = _host_runs(rng, host_sd=0.03, start_sd=0.01)
-    bf, notes = baselines.calibrate(docs, isl=32, osl=32, starts=3)
+    bf, notes = calibration.calibrate(docs, isl=32, osl=32, starts=3)
     assert any(n.startswith("hosts: 4 (host0: 3 runs") for n in notes)
     e = bf.entries("rr24-cds4", 8)["sustained_output_tps"]
-    n = e.noise()
+    n = noise_of(e)
     assert e.hosts == 4 and 0.015 < n.host <= n.cv
     blind = Noise(n.cv, n.df, n.within, n.runs)  # the same noise with its host part unknown
     assert n.tolerance(3) > blind.tolerance(3) and n.tolerance(3) > 0.8 * n.tolerance(1)
@@ -120,10 +122,10 @@ def test_one_start_with_a_wide_interval_does_not_tighten_the_floor():
     ordinary) is that start's trouble. Counted at full weight its SE made the within-run part most of the noise and
     the floor's tolerance small; each SE counts at most the run-to-run CV, in calibrate and in extend."""
     docs = _host_runs(np.random.default_rng(6), host_sd=0.0, start_sd=0.03, hosts=8, per_host=1)
-    plain, _ = baselines.calibrate(docs, isl=32, osl=32)
+    plain, _ = calibration.calibrate(docs, isl=32, osl=32)
     wide = docs[3].configs["rr24-cds4"].levels["8"]
     wide.sustained_output_tps_ci95 = 0.26 * wide.sustained_output_tps
-    with_wide, _ = baselines.calibrate(docs, isl=32, osl=32)
+    with_wide, _ = calibration.calibrate(docs, isl=32, osl=32)
     tol = [b.entries("rr24-cds4", 8)["sustained_output_tps"].tolerance for b in (plain, with_wide)]
     assert tol[1] >= 0.85 * tol[0]
     later = _host_runs(np.random.default_rng(7), host_sd=0.0, start_sd=0.03, hosts=1, per_host=2)
@@ -133,7 +135,7 @@ def test_one_start_with_a_wide_interval_does_not_tighten_the_floor():
             r.sustained_output_tps = plain.entries("rr24-cds4", int(lv))["sustained_output_tps"].value
     later[0].configs["rr24-cds4"].levels["8"].sustained_output_tps_ci95 = 0.26 * later[0].configs[
         "rr24-cds4"].levels["8"].sustained_output_tps
-    grown, _ = baselines.extend(plain, later)
+    grown, _ = calibration.extend(plain, later)
     assert grown.entries("rr24-cds4", 8)["sustained_output_tps"].tolerance >= 0.85 * tol[0]
 
 
@@ -142,11 +144,11 @@ def test_hosts_named_on_the_command_line_and_runs_that_do_not_say():
     docs = _host_runs(rng, host_sd=0.03, start_sd=0.01, hosts=2)
     for d in docs:
         d.fingerprint.pop("host_id")
-    bf, notes = baselines.calibrate(docs, isl=32, osl=32)
+    bf, notes = calibration.calibrate(docs, isl=32, osl=32)
     assert any("hosts: not known for every run" in n for n in notes)
     assert bf.entries("rr24-cds4", 8)["sustained_output_tps"].hosts is None
     labels = {d.run_id: d.run_id[:2] for d in docs}
-    bf, notes = baselines.calibrate(docs, isl=32, osl=32, hosts=labels)
+    bf, notes = calibration.calibrate(docs, isl=32, osl=32, hosts=labels)
     assert bf.entries("rr24-cds4", 8)["sustained_output_tps"].hosts == 2
 
 
@@ -167,7 +169,7 @@ def test_extend_grows_a_baseline_by_later_runs_and_says_when_they_refute_its_noi
     Runs that keep to its noise leave the tolerance about where it was; runs from hosts that read the level apart
     widen it, and the note says the new runs are outside the noise it had. A run already calibrated is refused."""
     rng = np.random.default_rng(7)
-    old, _ = baselines.calibrate(_host_runs(rng, host_sd=0.005, start_sd=0.01), isl=32, osl=32, starts=3)
+    old, _ = calibration.calibrate(_host_runs(rng, host_sd=0.005, start_sd=0.01), isl=32, osl=32, starts=3)
     e0 = old.entries("rr24-cds4", 8)["sustained_output_tps"]
     same = _host_runs(np.random.default_rng(8), host_sd=0.005, start_sd=0.01, hosts=3, per_host=2)
     for i, d in enumerate(same):  # the same machines' levels: means of the first calibration's
@@ -175,7 +177,7 @@ def test_extend_grows_a_baseline_by_later_runs_and_says_when_they_refute_its_noi
         for lv, r in d.configs["rr24-cds4"].levels.items():
             base = old.entries("rr24-cds4", int(lv))["sustained_output_tps"].value
             r.sustained_output_tps = base * (1 + rng.normal(0, 0.01))
-    kept, notes = baselines.extend(old, same, starts=3)
+    kept, notes = calibration.extend(old, same, starts=3)
     e1 = kept.entries("rr24-cds4", 8)["sustained_output_tps"]
     assert e1.runs == e0.runs + 6 and e1.noise_df > e0.noise_df
     assert e1.noise_cv == pytest.approx(e0.noise_cv, rel=0.35)
@@ -188,13 +190,13 @@ def test_extend_grows_a_baseline_by_later_runs_and_says_when_they_refute_its_noi
             base = old.entries("rr24-cds4", int(lv))["sustained_output_tps"].value
             r.sustained_output_tps = base * (0.92 if i % 2 else 1.0)
         d.run_id = f"w{i}"
-    grown, notes = baselines.extend(old, wide, starts=3)
+    grown, notes = calibration.extend(old, wide, starts=3)
     e2 = grown.entries("rr24-cds4", 8)["sustained_output_tps"]
     assert e2.noise_cv > 2 * e0.noise_cv and e2.tolerance > e0.tolerance
     line = next(n for n in notes if n.startswith("rr24-cds4 c8:"))
     assert "-8.0%" in line and "F p = " in line and float(line.split("F p = ")[1].split(")")[0]) < 0.01
     with pytest.raises(baselines.BaselineError, match="already in the baseline's calibration"):
-        baselines.extend(old, _host_runs(np.random.default_rng(1), 0.0, 0.01, hosts=1, per_host=1))
+        calibration.extend(old, _host_runs(np.random.default_rng(1), 0.0, 0.01, hosts=1, per_host=1))
 
 
 def test_restarts_inside_a_run_average_only_their_own_part_of_the_between_start_noise():
@@ -226,7 +228,7 @@ def test_the_h200_baseline_on_later_runs_passes_healthy_hosts_and_fails_a_plante
     (live, the level is measured again after a restart). The planted slowdown fails at least four of its six
     levels. The six runs judged live, three in a row on each of two fresh hosts, pass; the slowed one fails."""
     from sglperf.judge.floor import check_floor
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-02"
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
@@ -267,7 +269,7 @@ def test_h200_levels_the_hypervisor_disturbed_are_invalid_never_regressions_and_
     (about -10%) still fail as regressions wherever an undisturbed start decided."""
     from fixtures.plugin import settle_over_starts
     from sglperf.judge.floor import check_floor
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04"
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
@@ -320,7 +322,7 @@ def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_
     INCONCLUSIVE live, with the equivalence test's 90% interval (plateau.TOST_SHARE) all three pass."""
     from sglperf.judge.plateau import check_plateau
     from sglperf.judge.starts import over_starts
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
     def result(doc):  # a stored level as the suite held it
@@ -335,7 +337,7 @@ def test_the_h200_p32_plateau_of_three_healthy_runs_is_decided_as_a_pass_by_its_
         starts = {lv: [result(x) for x in [c.levels[str(lv)], *c.replicates.get(str(lv), [])]] for lv in (64, 128)}
         v = check_plateau({lv: s[0] for lv, s in starts.items()}, ceiling, band=0.15)
         if v.outcome == "inconclusive":
-            noise = {lv: bf.entries("p32", str(lv))["sustained_output_tps"].noise() for lv in starts}
+            noise = {lv: noise_of(bf.entries("p32", str(lv))["sustained_output_tps"]) for lv in starts}
             v = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
         outcomes.append(v.outcome)
     assert outcomes == ["pass"] * 3
@@ -355,7 +357,7 @@ def test_a_fresh_h200_host_that_slowed_within_minutes_is_no_regression_and_its_s
     from sglperf import profiles
     from sglperf.environment.host import STEAL_REASON, steal_limit
     from sglperf.judge.floor import check_floor
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04b"
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
@@ -417,7 +419,7 @@ def floor_verdicts(path: Path, bf) -> list:
     """(where, verdict, starts) for each floor of a stored run, judged as it was at its last start: over the level's
     undisturbed starts (all, where every one was disturbed)."""
     from sglperf.judge.floor import check_floor
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     out = []
     for cname, c in load_run(path).configs.items():
@@ -483,7 +485,7 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     from sglperf.environment import host_speed
     from sglperf.judge.plateau import check_plateau
     from sglperf.judge.starts import over_starts
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
     data = Path(__file__).parent / "data" / "gpu" / "h200-2026-12-05"
@@ -513,7 +515,7 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     assert all(s.disturbances for s in starts[128]) and len(starts[128]) == 3
     ceiling = Ceiling(**c.server.ceiling)
     first = check_plateau({lv: s[0] for lv, s in starts.items()}, ceiling, band=0.15)
-    noise = {lv: bf.entries("p32", str(lv))["sustained_output_tps"].noise() for lv in starts}
+    noise = {lv: noise_of(bf.entries("p32", str(lv))["sustained_output_tps"]) for lv in starts}
     over = check_plateau(over_starts(starts, noise), ceiling, band=0.15)
     assert first.outcome == over.outcome == "inconclusive" and not first.problems and not over.problems
     assert over.disturbed and all("c128: disturbed: the hypervisor stole" in d for d in over.disturbed)
@@ -526,7 +528,7 @@ def test_the_h200_ab_of_every_judged_run_on_a_fresh_host_passes_as_the_suite_set
     real engine's A/B is judged in the suite's own tests."""
     from sglperf.judge.ab import check_ab
     from sglperf.judge.starts import judged_start, starts_judged
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
     from sglperf import profiles
@@ -542,7 +544,7 @@ def test_the_h200_ab_of_every_judged_run_on_a_fresh_host_passes_as_the_suite_set
         judged, counts, noise, ceilings = {}, {}, {}, {}
         for cname in ("p16", "p32"):
             c = run.configs[cname]
-            noise[cname] = {int(lv): bf.entries(cname, lv)["sustained_output_tps"].noise() for lv in c.levels}
+            noise[cname] = {int(lv): noise_of(bf.entries(cname, lv)["sustained_output_tps"]) for lv in c.levels}
             starts = {int(lv): [LevelResult(**{f.name: getattr(x, f.name) for f in dataclasses.fields(LevelResult)})
                                 for x in [c.levels[lv], *c.replicates.get(lv, [])]] for lv in c.levels}
             judged[cname] = {lv: judged_start(s, noise[cname][lv]) for lv, s in starts.items()}

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from sglperf.record.baselines import Entry
+from sglperf.store.baselines import Entry
 from sglperf.records import Ceiling, LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
@@ -106,7 +106,7 @@ def test_the_h200_plateau_of_a_start_the_hypervisor_disturbed_is_undecided_namin
     """The planted run of 2026-12-04 (tests/data/gpu/h200-2026-12-04): p32 c64 and c128 of its first start had 21%
     and 6% of their CPU stolen; the ratio straddled the band. Undecided, saying so, for the suite to re-measure."""
     from pathlib import Path
-    from sglperf.record.rundoc import load_run
+    from sglperf.store.rundoc import load_run
 
     path = next((Path(__file__).parent / "data" / "gpu" / "h200-2026-12-04").glob("planted-*.json"))
     c = load_run(path).configs["p32"]

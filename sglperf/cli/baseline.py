@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..record import baselines
+from ..store import baselines
+from ..judge import calibration
+from ..judge.noise import of as noise_of
 from .. import profiles
 from ..records import GATED, LATENCY
 from ..categories import UsageError
-from ..record.rundoc import load_run
+from ..store.rundoc import load_run
 from ..fileio import check_file_target
 from .argtypes import fraction
 
@@ -61,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def fleet_runs(args) -> list:
     """The runs calibrate takes from the fleet's database: one profile on one hardware class, never mixed."""
-    from ..record import fleet
+    from ..store import fleet
 
     if not args.profile or not args.hardware_class:
         raise baselines.BaselineError("--db needs --profile and --hardware-class (machines are never mixed)")
@@ -165,7 +167,7 @@ def _main(args) -> int:
             for cname, lvls in bf.configs.items():
                 for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
                     for m, e in metrics.items():
-                        n = e.noise()
+                        n = noise_of(e)
                         noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df"
                                  + (f", restarts {n.restart:.2%}" if n.restart is not None else "") + ", catches "
                                  f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
@@ -221,7 +223,7 @@ def _main(args) -> int:
     new = None
     for metric in metrics:
         floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
-        part, notes = baselines.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
+        part, notes = calibration.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
                                           floor=floor, max_tolerance=args.max_tolerance,
                                           target_drop=args.target_drop, starts=prof.measurement.replicates,
                                           hosts=_hosts(args.host, runs))
@@ -242,7 +244,7 @@ def _extend(args, runs) -> int:
     floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
     new = old
     for metric in args.metric or ["sustained_output_tps"]:
-        new, notes = baselines.extend(new, runs, metric=metric, floor=floor, starts=prof.measurement.replicates,
+        new, notes = calibration.extend(new, runs, metric=metric, floor=floor, starts=prof.measurement.replicates,
                                       target_drop=args.target_drop, hosts=_hosts(args.host, runs))
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
     _write(target, new, args.dry_run)

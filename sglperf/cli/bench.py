@@ -21,7 +21,7 @@ from ..measure.metrics import MeasurementPolicy
 from ..measure.negotiate import connect
 from ..measure.prompts import FORMATS, Tokenizer
 from ..measure.shards import parse_client_procs, resolve_client_procs
-from ..record.recorder import RunRecorder, ServerDoc
+from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
 from ..redact import api_key_from_env
 from .argtypes import fraction, non_negative, positive

@@ -1,4 +1,4 @@
-"""`sglperf history`: the fleet's results database (record/fleet.py). `import` an older JSONL history, `push` run
+"""`sglperf history`: the fleet's results database (store/fleet.py). `import` an older JSONL history, `push` run
 files (a run whose push failed, or any run), `ls` what is there, `migrate` the schema."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 import sys
 import warnings
 
-from ..record import fleet, history
-from ..record.rundoc import RunFileError, load_run
+from ..store import fleet, history
+from ..store.rundoc import RunFileError, load_run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,8 +8,9 @@ import math
 import statistics
 from dataclasses import dataclass
 from scipy import stats
-from ..record.baselines import Entry
+from ..store.baselines import Entry
 from .noise import FALSE_ALARM, MIN_TOLERANCE
+from .noise import of as noise_of
 from ..categories import INCONCLUSIVE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
 from ..records import LevelResult
@@ -63,7 +64,7 @@ def floor_outcome(value: float | None, ci95: float | None, floor: float, slack: 
 def floor_of(entry: Entry, starts: float = 1) -> tuple[float, float]:
     """(floor, tolerance) for a value measured over `starts` server starts: the calibrated noise's prediction bound
     for that many starts (judge/noise.py), else the entry's own tolerance."""
-    noise = entry.noise()
+    noise = noise_of(entry)
     if noise is None or starts == 1:
         return entry.floor, entry.tolerance
     tol = noise.tolerance(starts, floor=entry.min_tolerance if entry.min_tolerance is not None else MIN_TOLERANCE)
@@ -167,7 +168,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     stay at 1%, and a level 4% low on a slower host after three starts is not left red for want of a fourth. A
     level less precise than its floor is wide stays undecided."""
     starts = level if isinstance(level, list) else [level]
-    noise = entry.noise()
+    noise = noise_of(entry)
     aside, aside_why = outlier_start(starts, entry.metric, noise)
     if aside is not None:
         starts = starts[:aside] + starts[aside + 1:]

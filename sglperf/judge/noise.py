@@ -170,3 +170,12 @@ def moderate(variance: float, df: float, s0: float, d0: float) -> tuple[float, f
     if d0 <= 0:
         return variance, df
     return (d0 * s0 + df * variance) / (d0 + df), d0 + df
+
+
+def of(entry) -> Noise | None:
+    """A baseline entry's between-start noise, where it was calibrated (store/baselines.Entry; schema 1 files:
+    runs - 1 df, no pool); None where it was not."""
+    if entry.noise_cv is None or entry.runs < 2:
+        return None
+    return Noise(entry.noise_cv, entry.noise_df or entry.runs - 1, entry.within_cv or 0.0, entry.runs,
+                 entry.host_cv or 0.0, entry.hosts or 0, entry.restart_cv)

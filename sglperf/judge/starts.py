@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from scipy import stats
-from ..record.baselines import Entry
+from ..store.baselines import Entry
 from ..records import LevelResult
 from .floor import FloorVerdict, combined, floor_of, outlier_start
 
