@@ -21,7 +21,7 @@ import psutil
 
 from sglperf import engines
 from sglperf.measure.client import Target, Workload
-from sglperf.launch import LaunchSpec, launch
+from sglperf.run.launch import LaunchSpec, launch
 from sglperf.measure.level import LevelSpec, measure_level
 from sglperf.measure.metrics import MeasurementPolicy, client_health
 

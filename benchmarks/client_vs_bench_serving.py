@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglperf.launch import LaunchSpec, launch
+from sglperf.run.launch import LaunchSpec, launch
 
 ISL = OSL = 32
 

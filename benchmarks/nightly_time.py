@@ -39,11 +39,12 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglperf import engines, profiles  # noqa: E402
+from sglperf import engines  # noqa: E402
+from sglperf.run import profiles
 from sglperf.fileio import atomic_write_json, write_jsonl  # noqa: E402
 from sglperf.judge.plateau import PLATEAU_SHARE, decides_plateau_level, plateau_compares, plateau_share, ratio_outcome
 from sglperf.judge.floor import floor_outcome
-from sglperf.launch import LaunchSpec, launch  # noqa: E402
+from sglperf.run.launch import LaunchSpec, launch  # noqa: E402
 from sglperf.measure.client import Target, run_loop  # noqa: E402
 from sglperf.measure.intervals import batch_rates  # noqa: E402
 from sglperf.measure.level import LevelSpec, drain_timeout, measure_level  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from sglperf.launch import LaunchSpec, Server, launch
+from sglperf.run.launch import LaunchSpec, Server, launch
 
 SIM = [sys.executable, "-m", "sglperf.sim"]
 

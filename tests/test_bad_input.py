@@ -16,7 +16,7 @@ import pytest
 from sglperf.categories import InfraError
 from sglperf.engines.llamacpp import LlamaCpp
 from sglperf.engines.sglang import SGLang
-from sglperf.launch import LaunchSpec, launch
+from sglperf.run.launch import LaunchSpec, launch
 from sglperf.store import baselines
 
 from .conftest import assert_suite_passed, user_env

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from sglperf.store import baselines
-from sglperf.launch import LaunchError, LaunchSpec, launch
+from sglperf.run.launch import LaunchError, LaunchSpec, launch
 
 from .conftest import as_background_job, assert_suite_passed, user_env
 
@@ -339,7 +339,7 @@ def test_a_profile_name_that_is_not_one_path_segment_is_a_usage_error(tmp_path):
 
 
 def test_servers_bind_loopback_by_default_and_nothing_starts_through_a_shell():
-    from sglperf import profiles
+    from sglperf.run import profiles
 
     for name in profiles.available():
         assert profiles.load(name).server.host == "127.0.0.1"

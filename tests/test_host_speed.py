@@ -177,7 +177,7 @@ def test_a_run_judges_its_host_by_the_mean_of_its_probes():
     run's probes is outside the band for every config."""
     from types import SimpleNamespace
 
-    from sglperf.suite import ConfigRun
+    from sglperf.run.servers import ConfigRun
 
     bf = SimpleNamespace(host_speed=SimpleNamespace(score=48.2179, cv=0.01676, runs=2))
     suite = SimpleNamespace(host_speeds=[42.6912])
@@ -196,7 +196,7 @@ def test_a_gpu_run_weighs_its_host_by_the_mean_of_its_level_probes_not_one_level
     slower there. A host that probed low before every level is named, by how much."""
     from types import SimpleNamespace
 
-    from sglperf.suite import ConfigRun
+    from sglperf.run.servers import ConfigRun
 
     bf = SimpleNamespace(host_speed=SimpleNamespace(score=83.8, cv=0.043, runs=2))
     suite = SimpleNamespace(level_cpu_speeds=[86.1, 86.1, 69.1, 88.2])

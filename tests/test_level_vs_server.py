@@ -5,7 +5,8 @@ import asyncio
 
 import pytest
 
-from sglperf import engines, profiles
+from sglperf import engines
+from sglperf.run import profiles
 from sglperf.judge.plateau import check_plateau
 from sglperf.measure.client import Target, Workload
 from sglperf.measure.level import LevelSpec, measure_level
@@ -17,7 +18,7 @@ LADDER = [4, 16, 48, 96]
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
-    from sglperf.launch import LaunchSpec, launch
+    from sglperf.run.launch import LaunchSpec, launch
 
     from .conftest import SIM
 

@@ -16,7 +16,7 @@ import requests
 from sglperf import engines
 from sglperf.engines import llamacpp_build
 from sglperf.measure.client import Target, Workload
-from sglperf.launch import LaunchSpec, launch
+from sglperf.run.launch import LaunchSpec, launch
 from sglperf.measure.level import LevelSpec, ServerWatch, measure_level
 from sglperf.measure.metrics import MeasurementPolicy
 

@@ -354,7 +354,7 @@ def test_a_fresh_h200_host_that_slowed_within_minutes_is_no_regression_and_its_s
     2% limit (`max_steal_share`) from the steal each start recorded, the starts it disturbed are set aside and each
     level passes on its other start (p16 c64 -2.7%, c128 -4.4%); with the 5% limit, both are regressions."""
     from fixtures.plugin import settle_over_starts
-    from sglperf import profiles
+    from sglperf.run import profiles
     from sglperf.environment.host import STEAL_REASON, steal_limit
     from sglperf.judge.floor import check_floor
     from sglperf.store.rundoc import load_run
@@ -531,7 +531,7 @@ def test_the_h200_ab_of_every_judged_run_on_a_fresh_host_passes_as_the_suite_set
     from sglperf.store.rundoc import load_run
     from sglperf.records import Ceiling, LevelResult
 
-    from sglperf import profiles
+    from sglperf.run import profiles
 
     bf = baselines.load(baselines.default_path("gpu1-llamacpp", "1 x NVIDIA H200"))
     margin = profiles.load("gpu1-llamacpp").measurement.ab_margin

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sglperf import profiles
+from sglperf.run import profiles
 from sglperf.engines import sglang
 
 

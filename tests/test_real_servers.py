@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from sglperf.launch import LaunchSpec, launch
+from sglperf.run.launch import LaunchSpec, launch
 from sglperf.measure.level import systematic_failure
 from sglperf.records import FULL, RequestRecord, Shape
 from sglperf.measure.wire import OPENAI

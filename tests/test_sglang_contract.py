@@ -19,8 +19,8 @@ import requests
 from sglperf import engines
 from sglperf.engines import sglang_cpu
 from sglperf.engines.sglang import VENDORED_FLAGS
-from sglperf.launch import LaunchSpec, launch
-from sglperf.profiles import load as load_profile
+from sglperf.run.launch import LaunchSpec, launch
+from sglperf.run.profiles import load as load_profile
 from sglperf.sim import contract
 
 from .conftest import SIM

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from sglperf.launch import LaunchError
+from sglperf.run.launch import LaunchError
 
 GEN = {"input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}
 

@@ -13,9 +13,10 @@ import psutil
 import pytest
 from filelock import FileLock
 
-from sglperf import launch as launcher
+from sglperf.run import launch as launcher
 from sglperf.categories import UsageError
-from sglperf.suite import Suite, SuiteOptions
+from sglperf.run.session import Suite
+from sglperf.run.options import SuiteOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +81,7 @@ def test_a_failure_during_launch_frees_the_gpu_lock(tmp_path):
     lock.release()
 
 
-HASH = ("from sglperf import profiles\nfrom sglperf.environment import fingerprint\n"
+HASH = ("from sglperf.run import profiles\nfrom sglperf.environment import fingerprint\n"
         "for name, config in (('sim-ci', 'rr24-cds4'), ('cpu-llamacpp', 'p4'), ('glm5-nvfp4-tp8', 'rr1024-cds4')):\n"
         "    p = profiles.load(name)\n"
         "    print(name, fingerprint.args_hash(p.launch_argv(config, resolve=False)), p.launch_argv(config)[0])\n")

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 def launch_cmd(args) -> int:
     import json
 
-    from .. import profiles
+    from ..run import profiles
 
     try:
         prof = profiles.load(args.profile)

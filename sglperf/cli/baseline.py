@@ -11,7 +11,7 @@ from pathlib import Path
 from ..store import baselines
 from ..judge import calibration
 from ..judge.noise import of as noise_of
-from .. import profiles
+from ..run import profiles
 from ..records import GATED, LATENCY
 from ..categories import UsageError
 from ..store.rundoc import load_run

@@ -4,12 +4,8 @@ further below its floor than stolen CPU or a slower host CPU explains. What is e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from ..environment.host import STEAL_REASON
-
-if TYPE_CHECKING:
-    from .floor import FloorVerdict
 
 
 STEAL_COST = 2.0  # the drop below its floor one share of stolen CPU may explain: 3.4x the most seen (beyond_steal)
@@ -34,7 +30,7 @@ def stolen_share(r) -> float | None:
     return steal_share(r) if (r.host or {}) else None
 
 
-def beyond_steal(v: FloorVerdict, starts: list) -> float | None:
+def beyond_steal(v, starts: list) -> float | None:
     """The largest stolen share over `starts`, where steal alone disturbed every one and `v` is a regression whose
     interval lies wholly further below its floor than STEAL_COST times that share: a drop no steal of that size
     explains, which stays a regression on a disturbed host. On the lent H200 hosts a stolen share s put a start's
@@ -47,7 +43,7 @@ def beyond_steal(v: FloorVerdict, starts: list) -> float | None:
     return s if v.value + (v.ci95 or 0.0) < v.floor * (1 - STEAL_COST * s) else None
 
 
-def beyond_host(v: FloorVerdict, slower: float) -> bool:
+def beyond_host(v, slower: float) -> bool:
     """Whether `v` is a regression whose interval lies wholly below its floor even with a host CPU `slower` (a share)
     given back: a server no more than wholly bound by the CPU loses at most that share of its throughput, so such a
     drop is the server's (the slowed H200 run read -69.2% on a host probed 19% slower, 2026-12-05)."""

@@ -24,10 +24,10 @@ from pathlib import Path
 import psutil
 import requests
 
-from .categories import InfraError
-from .environment import gpu
-from .fileio import atomic_write_json
-from .redact import redact_argv
+from ..categories import InfraError
+from ..environment import gpu
+from ..fileio import atomic_write_json
+from ..redact import redact_argv
 
 
 class LaunchError(InfraError):

@@ -12,15 +12,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import engines
-from .categories import UsageError
+from .. import engines
+from ..categories import UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
 DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp",
                               "gpu1": "gpu1-llamacpp", "cpu_sglang": "cpu-sglang"}
 

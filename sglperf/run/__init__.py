@@ -1,0 +1,1 @@
+"""A run without pytest: options, profiles, servers (launch, restart), the session."""
