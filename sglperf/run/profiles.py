@@ -73,8 +73,8 @@ class WorkloadSection(Strict):
 
     def client_workload(self, tokenizer: str | None = None):
         """The client's Workload; `tokenizer` overrides the profile's (paths differ between machines)."""
-        from .measure.client import Workload
-        from .measure.prompts import Tokenizer
+        from ..measure.client import Workload
+        from ..measure.prompts import Tokenizer
 
         name = tokenizer or self.tokenizer
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
@@ -130,7 +130,7 @@ class CanarySection(Strict):
     restart_after: bool = False
 
     def rules(self):
-        from .judge.canary import CanaryRules
+        from ..judge.canary import CanaryRules
 
         return CanaryRules(self.max_top_share, self.min_distinct, self.compare_tokens)
 
