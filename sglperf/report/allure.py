@@ -195,3 +195,31 @@ def write_perf_metrics(d: Path, entries: list[dict]) -> Path | None:
     path = d / f"{uuid.uuid4()}-perf.json"
     path.write_text(json.dumps(entries, indent=1))
     return path
+
+
+def label_ab(prof) -> None:
+    """The A/B test's labels: the profile as its epic, the pair in its title."""
+    import allure
+
+    allure.dynamic.epic(prof.name)
+    allure.dynamic.feature("A/B")
+    allure.dynamic.title(f"A/B: {prof.ab.tuned if prof.ab else '?'} vs {prof.ab.base if prof.ab else '?'}")
+
+
+def attach_curve(run, results: dict) -> None:
+    """Throughput vs concurrency of one config (`results`: its measured levels) with floors, baseline, whole-run,
+    peak and the ceilings."""
+    from . import plots
+
+    if not results:
+        return
+    floors, base = {}, {}
+    bf, _ = run.baseline()
+    if bf is not None:
+        for lv in results:
+            e = bf.entries(run.name, lv).get("sustained_output_tps")
+            if e:
+                floors[lv], base[lv] = e.floor, e.value
+    c = run.ceiling
+    attach_png("throughput vs concurrency.png", plots.config_curve(
+        run.where, results, floors, base, c.kv if c else None, c.cap if c else None))

@@ -17,7 +17,8 @@ from .. import engines
 from . import profiles
 from ..environment import fingerprint, gpu, host_speed
 from . import launch as launcher
-from ..categories import INFRA, INVALID, InfraError, UsageError
+from ..decide.health import canary_words, start_failure
+from ..categories import InfraError, UsageError
 from ..measure.canary import run_canary
 from ..measure.client import Target, Workload
 from ..measure.level import LevelMeasurement
@@ -139,24 +140,17 @@ class ConfigRun:
         starts = self.suite.starts(self.profile.name, self.name)
         return over_all_starts({lv: starts[lv] for lv in levels if lv in starts}, self.noise(self.name, levels))
 
+    def record_plateau(self, doc) -> None:
+        """The plateau's verdict into the run file."""
+        self.suite.recorder(self.profile).set_plateau(self.name, doc)
+
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
-        r = m.result
-        if r.incomplete:
-            return f"{INFRA}: {self.where} c{r.concurrency}: {r.note}. Server log: {self.log_path}"
-        if not r.valid:
-            return (f"{INVALID}: {self.where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
-                    + f". Server log: {self.log_path}")
-        return self.canary_failure(f"c{r.concurrency}")
+        return start_failure(self.where, m.result, self.log_path, self.canary_failure(f"c{m.result.concurrency}"))
 
     def canary_failure(self, what: str) -> str | None:
-        """Fast but wrong: where the output canary failed, nothing measured from this server is judged."""
         v = self.canary_verdict
-        if v is None or v.passed:
-            return None
-        return (f"{INVALID}: {self.where} {what}: measured (shown in the summary), not judged: the output canary "
-                f"failed ({v.category.prefix}; test_output_canary quotes the tokens): a server that returns "
-                f"garbage may be fast")
+        return None if v is None or v.passed else canary_words(self.where, what, v.category)
 
     def server_count(self, r) -> "count.CountVerdict":
         """The client's sustained tok/s against the server's own count over the same window."""

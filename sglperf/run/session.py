@@ -105,6 +105,10 @@ class Suite(Servers):
                                                        + [f"before this run: {c}" for c in self.cleaned])
         return self.recorders[profile.name]
 
+    def record_ab(self, profile: profiles.Profile, doc) -> None:
+        """The A/B's verdict into the profile's run file."""
+        self.recorder(profile).set_ab(doc)
+
     def check_outputs(self) -> None:
         """Every place this run will write is writable now, not after an hour of measuring."""
         o = self.opts

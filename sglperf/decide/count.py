@@ -1,0 +1,25 @@
+"""The server's count of one level: the client's sustained tok/s agrees with the server's own token counter over
+the same window (judge/count.py); a disagreement is INVALID: the measurement cannot be trusted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .outcome import Outcome
+from .settle import settle
+
+
+@dataclass(frozen=True)
+class ServerCount:
+    level: int
+
+    def decide(self, ev) -> Outcome:
+        m = ev.measure(self.level)
+        r = m.result
+        if r.incomplete or not r.valid:
+            return Outcome.skip(f"{ev.where} c{self.level}: no valid measurement to compare (see its floor and health "
+                                f"tests)")
+        if r.server_output_tps is None:
+            return Outcome.skip(f"{ev.where}: the server exposes no token counter (scrape source: {m.scrape_source})")
+        v = ev.server_count(r)
+        return settle([v], where=f"{ev.where} c{self.level}", against="server's count").showing([v.message])

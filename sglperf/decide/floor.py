@@ -1,0 +1,146 @@
+"""The floor and the latency ceilings of one level, decided over its server starts: undecided after the level's own
+time, failed, passed too near its floor for one start to say, or failed while the host disturbed it, a level is
+measured again after a server restart while the profile's starts and the run's budget allow (judge/starts.
+another_start); a slow start or a disturbance passes, a regression stays. The latency ceilings go by the majority of
+the starts (judge/latency.over_starts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..environment import fingerprint
+from ..judge.floor import check_floor
+from ..judge.latency import check_ceiling, over_starts, verdict_over_starts
+from ..judge.starts import another_start
+from .outcome import Outcome
+from .settle import settle, settle_over_starts
+
+
+def no_baseline(ev, path) -> str:
+    return (f"no baseline for {ev.profile.name} on hardware class {ev.hardware_class!r} ({path}): run `pytest "
+            f"perf_tests --profile {ev.profile.name} --update-baselines`, review the candidate it writes beside that "
+            f"path, and commit it")
+
+
+def _env_diff(ev, e) -> str:
+    return fingerprint.describe_diff(e.fingerprint, ev.fingerprint) if e.fingerprint else ""
+
+
+def _clean(starts):
+    """The starts nothing disturbed decide, where there are any."""
+    return [x for x in starts if not x.result.disturbances] or starts
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The level's sustained throughput at or above its baseline's floor on this hardware class."""
+
+    level: int
+
+    def decide(self, ev) -> Outcome:
+        level, starts = self.level, ev.level_starts(self.level)
+        bf, path = ev.baseline()
+        failure = ev.level_failure(starts[0])
+        if failure:
+            return Outcome.fail(failure)
+        if bf is None:
+            return Outcome.skip(no_baseline(ev, path))
+        entries = {k: e for k, e in bf.entries(ev.name, level).items() if not e.is_latency}
+        if not entries:
+            return Outcome.skip(f"{path} has no throughput entry for {ev.name} c{level}")
+        outside = ev.host_outside(bf)
+        if outside:  # measured and shown, neither passed nor failed: the baseline never measured this machine
+            return Outcome.skip(f"{ev.where} c{level}: floor not judged: {outside} ({path})")
+        return self._over_starts(ev, bf, path, entries, starts)
+
+    def _judge(self, ev, path, entries, results, last=False):
+        return [check_floor(results, e, where=f"{ev.where} c{self.level}", baseline_source=str(path),
+                            log_path=ev.log_path, last=last, env_diff=_env_diff(ev, e)) for e in entries.values()]
+
+    def _over_starts(self, ev, bf, path, entries, starts) -> Outcome:
+        level, allowed, shown = self.level, ev.profile.measurement.replicates, []
+        verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
+
+        def unsettled():
+            disturbed = all(x.result.disturbances for x in starts)
+            return any(another_start(v, len(_clean(starts)), entries[v.metric], allowed, disturbed=disturbed)
+                       for v in verdicts)
+
+        while unsettled():
+            why = "; ".join(v.message for v in verdicts if v.outcome != "pass") or (
+                f"passed the floor for {len(starts)} start(s), not yet the one for the {allowed} starts the profile "
+                f"allows")
+            more = ev.replicate(level, why)
+            if more is None:
+                break
+            starts = more
+            shown.append(f"{ev.where} c{level}: start {len(starts)} read {starts[-1].result.sustained_output_tps:,.1f}"
+                         f" tok/s (re-measured after a server restart: {why[:200]})")
+            outside = ev.host_outside(bf)
+            if outside:  # the restart's probe: the host's CPU changed under the run
+                return Outcome.skip(f"{ev.where} c{level}: floor not judged after {len(starts)} starts: {outside} "
+                                    f"({path})", shown)
+            verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
+        if any(v.outcome == "inconclusive" for v in verdicts):  # no more starts come: decided where it can be
+            verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)], last=True)
+        for x in starts[1:]:
+            failure = ev.level_failure(x)
+            if failure:
+                return Outcome.fail(failure, shown)
+        return settle_over_starts(verdicts, [x.result for x in starts], where=f"{ev.where} c{level}", against="floor",
+                                  note=ev.replicate_note(level), slow_host=ev.host_slower(bf)).showing(shown)
+
+
+@dataclass(frozen=True)
+class LatencyCeilings:
+    """TTFT, TPOT, ITL and E2E percentiles at or below the baseline's ceilings, decided by their intervals; past
+    the KV ceiling only the decode-side latencies are judged (requests queue there by design)."""
+
+    level: int
+
+    def decide(self, ev) -> Outcome:
+        level = self.level
+        bf, path = ev.baseline()
+        entries = [e for e in (bf.entries(ev.name, level).values() if bf else []) if e.is_latency]
+        if not entries:
+            return Outcome.skip(f"{path} holds no latency entry for {ev.name} c{level} (`sglperf baseline calibrate "
+                                f"--metric latency RUN_FILES...` adds them)")
+        failure = ev.level_failure(ev.measure(level))
+        if failure:
+            return Outcome.fail(failure)
+        outside = ev.host_outside(bf)
+        if outside:
+            return Outcome.skip(f"{ev.where} c{level}: latency ceilings not judged: {outside} ({path})")
+        return self._by_majority(ev, path, entries)
+
+    def _by_majority(self, ev, path, entries) -> Outcome:
+        """A start that does not pass is measured again after a server restart, while the profile allows, and the
+        majority of the starts decides; starts the floor re-measured count too."""
+        level, allowed = self.level, ev.profile.measurement.replicates
+        past = ev.ceiling is not None and level > ev.ceiling.effective
+
+        def judge(x):
+            return [check_ceiling(x.records, x.result, e, where=f"{ev.where} c{level}", baseline_source=str(path),
+                                  past_kv_ceiling=past, env_diff=_env_diff(ev, e)) for e in entries]
+
+        starts = ev.level_starts(level)
+        per_start = [judge(starts[0])]
+        decided = [over_starts([v.outcome], allowed) for v in per_start[0]]
+        while any(d is None for d in decided):
+            if len(per_start) < len(starts):
+                x = starts[len(per_start)]
+            else:
+                why = "; ".join(v.message for v in per_start[-1] if v.outcome != "pass")[:300]
+                more = ev.replicate(level, f"latency ceiling not passed ({why})")
+                if more is None:
+                    break
+                starts, x = more, more[-1]
+                failure = ev.level_failure(x)
+                if failure:
+                    return Outcome.fail(failure)
+            per_start.append(judge(x))
+            decided = [over_starts([s[i].outcome for s in per_start], allowed) for i in range(len(entries))]
+        verdicts = [verdict_over_starts([s[i] for s in per_start], d) for i, d in enumerate(decided)]
+        return settle(verdicts, where=f"{ev.where} c{level}", against="latency ceilings",
+                      disturbed=[d for x in starts[:len(per_start)] for d in x.result.disturbances],
+                      log_path=ev.log_path, note=ev.replicate_note(level)).showing(v.message for v in verdicts)

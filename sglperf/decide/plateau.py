@@ -1,0 +1,86 @@
+"""The KV plateau of one config, decided over server starts: the levels at or past the predicted ceiling, compared
+within one start (what differs between starts moves a start's levels together and cancels in their ratios); where
+that leaves it undecided, all the compared levels are measured again on a fresh start while the profile allows, and
+once no start is left, over all the starts each was measured on with the baseline's between-start noise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..categories import INFRA, INVALID
+from ..judge.plateau import check_plateau
+from ..store.recorder import PlateauDoc
+from .outcome import Outcome
+from .settle import settle
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Throughput plateaus where the KV pool (or the admission cap) is full, as predicted from /server_info, and
+    the server's own numbers say which of the two it is. `levels`: the run's ladder."""
+
+    levels: tuple[int, ...]
+
+    def decide(self, ev) -> Outcome:
+        if ev.ceiling is None:
+            return Outcome.skip(f"{ev.where}: the server's /server_info gives no max_total_num_tokens to predict a "
+                                f"ceiling from")
+        past = [lv for lv in self.levels if lv >= ev.ceiling.effective]
+        if len(past) < 2:
+            return Outcome.skip(f"{ev.where}: predicted plateau at {ev.ceiling.effective} ({ev.ceiling.binding}); "
+                                f"needs two levels at or past it, the levels are {list(self.levels)}")
+        results = {}
+        for lv in past:
+            r = ev.measure(lv).result
+            if r.incomplete:
+                return Outcome.fail(f"{INFRA}: {ev.where} c{lv}: {r.note}")
+            if ev.canary_failure("plateau"):
+                return Outcome.fail(ev.canary_failure("plateau"))
+            if not r.valid:
+                return Outcome.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: "
+                                    f"{'; '.join(r.invalid_reasons)}")
+            results[lv] = r
+        return self._over_starts(ev, past, results)
+
+    def _over_starts(self, ev, past, results) -> Outcome:
+        band = ev.profile.measurement.plateau_band
+        v, shown = check_plateau(results, ev.ceiling, band=band), []
+        beyond = [lv for lv in past if lv > ev.ceiling.effective]
+        compared = beyond if len(beyond) >= 2 else past
+        while v.outcome == "inconclusive":
+            why = "; ".join(v.unsure + v.disturbed)
+            fresh = ev.replicate_levels(compared, f"the plateau was undecided ({why[:300]})")
+            if fresh is None:
+                v = self._over_all_starts(ev, results, compared, band, v, shown)
+                break
+            for m in fresh.values():
+                failure = ev.level_failure(m)
+                if failure:
+                    return Outcome.fail(failure, shown)
+            results = {lv: m.result for lv, m in fresh.items()}
+            shown.append(f"{ev.where}: the plateau's levels c{', c'.join(map(str, compared))} measured again on "
+                         f"server start {ev.starts} (undecided on the one before: {why[:200]})")
+            v = check_plateau(results, ev.ceiling, band=band)
+        ev.record_plateau(PlateauDoc(
+            passed=v.passed, attributed_to=v.attributed_to, reference_level=v.reference_level,
+            levels=list(v.levels_past), lines=list(v.lines), problems=list(v.problems),
+            ceiling=ev.ceiling.__dict__, outcome=v.outcome, unsure=list(v.unsure), disturbed=list(v.disturbed)))
+        # a ratio the host disturbed that no fresh start could decide: INVALID naming what the host did, never a
+        # violation
+        return settle([v], where=ev.where, against="plateau", log_path=ev.log_path,
+                      disturbed=v.disturbed if not v.problems and not v.unsure else ()).showing(shown + [v.message])
+
+    @staticmethod
+    def _over_all_starts(ev, results, compared, band, v, shown):
+        """No start measuring the compared levels together is allowed: decide over all the starts each was measured
+        on, the baseline's between-start noise in their intervals (judge/starts.over_starts): the floors'
+        re-measures may have spent the run's starts on some of these levels."""
+        over = ev.over_starts(compared)
+        if over is None:
+            return v
+        again = check_plateau({**results, **over}, ev.ceiling, band=band)
+        note = (f"  undecided on one start ({'; '.join(v.unsure + v.disturbed)[:200]}); judged over all starts of "
+                + ", ".join(f"c{lv} ({len(ev.level_starts(lv))})" for lv in compared)
+                + ", with the baseline's between-start noise")
+        shown.append(f"{ev.where}: the plateau{note[1:]}")
+        return replace(again, lines=(*again.lines, note))

@@ -1,0 +1,115 @@
+"""A stored run judged again by the very claims that judged it live: one config of a run file as Evidence (its
+levels' starts as recorded; no start is left to take), against a baseline of the caller's choosing. The suite's own
+tests replay real GPU runs through it, so the loop that decides a live level and the one that decides a recorded
+one are the same code."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..categories import Category
+from ..judge.count import check_server_count
+from ..judge.noise import of as noise_of
+from ..judge.starts import over_starts
+from ..records import Ceiling, LevelResult
+from .health import canary_words, start_failure
+
+
+@dataclass
+class Start:
+    """One recorded start of a level, as a claim reads it."""
+
+    result: LevelResult
+    records: list = field(default_factory=list)
+    scrape_source: str | None = "recorded"
+
+
+def as_result(doc) -> LevelResult:
+    """A stored level (store/rundoc.LevelDoc) as the suite held it."""
+    return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
+
+
+class RecordedConfig:
+    """Config `name` of the stored `run`, judged against `bf` (named `source` in messages). `profile`: the run's
+    profile (its measurement section's starts, margins and agreement). `where`: how messages name the config
+    (default profile/config). `slow_host`: the host's slowness as the live run probed it. `restate`: a function
+    applied to each stored level first (a rule applied afresh to what the level recorded)."""
+
+    def __init__(self, run, name: str, bf, profile, *, source: str = "the baseline", where: str | None = None,
+                 slow_host=None, restate=None):
+        self.run, self.name, self.bf, self.profile, self.source = run, name, bf, profile, source
+        self.doc = run.configs[name]
+        self._where = where or f"{run.profile}/{name}"
+        self.slow_host, self.restate = slow_host, restate or (lambda doc: doc)
+        self.hardware_class = run.hardware_class or ""
+        self.fingerprint = run.config_fingerprint(name)
+        server = self.doc.server
+        self.ceiling = Ceiling(**server.ceiling) if server is not None and server.ceiling else None
+        self.starts = 1
+        self.recorded: dict = {}
+        self.levels = sorted(int(lv) for lv in self.doc.levels)
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    @property
+    def log_path(self) -> str | None:
+        return None
+
+    def level_starts(self, level: int) -> list[Start]:
+        docs = [self.doc.levels[str(level)], *self.doc.replicates.get(str(level), [])]
+        return [Start(as_result(self.restate(d))) for d in docs]
+
+    def measure(self, level: int) -> Start:
+        return self.level_starts(level)[0]
+
+    def replicate(self, level: int, why: str):
+        return None
+
+    def replicate_levels(self, levels, why: str):
+        return None
+
+    def replicate_note(self, level: int) -> str:
+        return ""
+
+    def baseline(self):
+        return self.bf, self.source
+
+    def host_outside(self, bf) -> str | None:
+        return None
+
+    def host_slower(self, bf):
+        return self.slow_host
+
+    def canary_failure(self, what: str) -> str | None:
+        c = self.doc.canary
+        if c is None or c.outcome in (None, "pass"):
+            return None
+        category = {"degenerate": Category.DEGENERATE, "wrong": Category.WRONG}.get(c.outcome, Category.CHANGED)
+        return canary_words(self.where, what, category)
+
+    def level_failure(self, m) -> str | None:
+        return start_failure(self.where, m.result, None, self.canary_failure(f"c{m.result.concurrency}"))
+
+    def noise(self, config: str, levels) -> dict:
+        out = {}
+        for lv in levels:
+            e = self.bf.entries(config, lv).get("sustained_output_tps") if self.bf else None
+            if e is not None and noise_of(e) is not None:
+                out[lv] = noise_of(e)
+        return out
+
+    def over_starts(self, levels: list[int]):
+        if self.bf is None:
+            return None
+        starts = {lv: [s.result for s in self.level_starts(lv)] for lv in levels}
+        return over_starts(starts, self.noise(self.name, levels))
+
+    def server_count(self, r):
+        return check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
+                                  counts_at_completion=False, cap=self.ceiling.effective if self.ceiling else None)
+
+    def record_plateau(self, doc) -> None:
+        self.recorded["plateau"] = doc
