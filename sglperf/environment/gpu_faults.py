@@ -5,7 +5,7 @@ there is no GPU.
 
 Why: a kernel, driver or GPU that breaks can make the server faster. A level during which the GPU reported a fault
 measured a broken machine: it is INVALID naming the fault, never a pass, a regression or a baseline point. Any one
-fault is enough: a healthy GPU reports none (the H200's live check, docs/gpu-proof.md).
+fault is enough: a healthy GPU reports none (docs/gpu-proof.md).
 """
 
 from __future__ import annotations

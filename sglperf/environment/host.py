@@ -127,8 +127,8 @@ STEAL_REASON = "disturbed: the hypervisor stole"  # how a steal disturbance begi
 
 
 def steal_limit(wanted: float, share: float = 0.05) -> float:
-    """The steal (cores) that disturbs a level whose work wanted `wanted` cores: `share` of it, at least of 2 cores
-    (a level of little work is not disturbed by a tick or two of steal)."""
+    """The steal (cores) that disturbs a level whose work wanted `wanted` cores: `share` of it, at least of two
+    cores' worth (a level of little work is not disturbed by a tick or two of steal)."""
     return share * max(2.0, wanted)
 
 
@@ -137,14 +137,13 @@ def disturbance(samples: list[HostSample], window: tuple[float, float] | None, *
                 max_steal_share: float = 0.05) -> tuple[dict, list[str]]:
     """(numbers, reasons): other processes' and the hypervisor's share of the CPU inside the window, memory
     pressure, and why the level is disturbed where they pass the thresholds: other processes > max(0.5 core, 25% of
-    the cores), steal > `max_steal_share` (5%) of the CPU time that wanted to run, at least 2 cores' worth (0.1 core
-    at 5%), some task stalled on memory > 10% of
+    the cores), steal > `max_steal_share` (5%) of the CPU time that wanted to run, at least two cores' worth (0.1
+    core at 5%), some task stalled on memory > 10% of
     the window (else, without pressure information, swap-ins > 10 MB/s).
 
     Steal is measured against the work, not the cores: a vCPU accrues steal only while it has work, and the server's
-    step loop is one thread the GPU waits on. On a lent H200 host 0.9-1.1 cores stolen of the ~3.4 the run wanted
-    (under 7% of its 16 cores) cost llama.cpp p32 c64 26% of its throughput with the GPU 46-50% busy instead of
-    65-68%; 0.15-0.31 stolen (5-12% of the work) cost 7-17%; the healthy starts read 0.00-0.03 (docs/gpu-proof.md)."""
+    step loop is one thread the GPU waits on: a few % of the work stolen costs a GPU server more than that share of its
+    throughput, while healthy starts see next to none (docs/measurement.md, "Where the code's rules came from")."""
     cores = cores or os.cpu_count() or 1
     max_other = max_other_cores if max_other_cores is not None else max(0.5, 0.25 * cores)
     if window is None:

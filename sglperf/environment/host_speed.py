@@ -2,8 +2,7 @@
 a server that runs on this host's CPU starts.
 
 Why: a CPU-bound server (llama.cpp or SGLang on the CPU) is as fast as the host it runs on, and the CPU's model name
-does not say how fast that is: VMs of one "Intel(R) Xeon(R) Processor x 2" class read the same SGLang levels 10-30%
-apart (CI, 2026-12-01). A floor taken on one of them and judged on another would blame the server for the host. The
+does not say how fast that is: VMs of one CPU class read the same SGLang levels 10-30% apart. A floor taken on one of them and judged on another would blame the server for the host. The
 baseline keeps the speed its runs measured (store/baselines.HostSpeed); a host outside that band is a machine the
 baseline never measured, and its floors are not judged there (said in words, never passed or failed).
 """
@@ -35,8 +34,7 @@ class HostSpeedProbe:
     def score(self) -> float:
         """One number for the host: the geometric mean of the two C rates (a ratio of scores is the geometric mean
         of their ratios). The interpreter's rate stays out: it is a property of the process as much as of the host
-        (one process in 8 read it 30% low in all its rounds, whatever the pauses; SD 2.6-3.1% of the score without
-        it over 14-16 probes, 5.1% with it, 2026-12-01)."""
+        (one process in 8 read it 30% low in all its rounds, whatever the pauses; without it the score's SD halves)."""
         return math.sqrt(self.blas_gflops * self.zlib_mbps)
 
     def as_dict(self) -> dict:
@@ -65,8 +63,8 @@ def _loop() -> int:
 
 def probe(rounds: int = ROUNDS) -> HostSpeedProbe:
     """About 0.8 s on an idle host. zlib, then the interpreter, then BLAS last: BLAS threads spin a while after a
-    product, and on a VM whose two cores are one physical core's hyperthreads that spinning slowed what ran beside
-    it by 20-30% (2026-12-01)."""
+    product, and where two vCPUs are one physical core's hyperthreads that spinning slows what runs beside it by
+    20-30%."""
     rng = np.random.default_rng(0)
     data = rng.integers(0, 64, _ZLIB_BYTES, dtype=np.uint8).tobytes()
     a, b = rng.standard_normal((_N, _N)), rng.standard_normal((_N, _N))
@@ -85,10 +83,9 @@ def probe(rounds: int = ROUNDS) -> HostSpeedProbe:
 # A host is outside a baseline's band when its score differs from the calibration runs' by more than
 # max(MIN_BAND, Z x their spread x sqrt(1 + 1/runs)). Z = 3: a healthy rerun of a calibration host is called another
 # machine about 0.3% of the time. The spread is the runs' SD moderated by a prior (PRIOR_SD with PRIOR_DF degrees of
-# freedom), because two or three runs say little of it: one idle AMD EPYC VM probed with an SD of 2.6-3.1% within
-# minutes and two sets' means 5% apart ten minutes later (2026-12-01), so 4%; a baseline from 2 runs whose probes
-# happened to agree to 1.7% gave a ±6% band, and the next run on that same VM read 6% slower and was called another
-# machine. MIN_BAND: half the CPU profiles' smallest floor tolerance (10%).
+# freedom), because two or three runs say little of it: an idle VM's probes move 2.6-3.1% within minutes and their
+# means 5% within ten, so 4%; without the prior, two runs whose probes happened to agree made a band too narrow for
+# the next run on the same VM. MIN_BAND: half the CPU profiles' smallest floor tolerance (10%).
 Z = 3.0
 MIN_BAND = 0.05
 PRIOR_SD, PRIOR_DF = 0.04, 4.0

@@ -190,8 +190,7 @@ def restart_note(restart: tuple[float, float] | None) -> str:
 
 def typical_within(rel_se: list[float], cv: float) -> float:
     """The within-run part of a level's run-to-run noise (RMS of its runs' own relative SEs), each SE taken at most
-    the run-to-run CV: one start whose interval was wide (an H200 p32 c64 at ±25.9%, a mode change inside its
-    window, its value 5% off) otherwise made the typical start look imprecise, the between-start part small and
+    the run-to-run CV: one start whose interval was wide (a mode change inside its window) otherwise made the typical start look imprecise, the between-start part small and
     the floor tight (tolerance 7.6% -> 4.0% from one such run), where a later run's own wide interval is judged
     beside the floor anyway."""
     return math.sqrt(sum(min(w, cv) ** 2 for w in rel_se) / len(rel_se)) if rel_se else 0.0
@@ -203,9 +202,8 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     """A calibrated baseline grown by runs made since, where the calibration runs' files are gone (another machine):
     calibrate over the old runs and the new, the old ones present by what their entry keeps of them (their count,
     mean and own log-scale spread), the new ones by their values (`run_value`); the levels are then pooled again
-    (judge/noise.prior). Healthy runs on hosts a calibration never saw are where its noise is tested: an H200
-    baseline from 15 runs on 5 hosts read p32 c128 at CV 2.5%, and five runs on four later hosts read it -5.3% to
-    +0.9%, one at -9.2%. Each level's note says how far the new runs lie from the old noise (an F test). The host's
+    (judge/noise.prior). Healthy runs on hosts a calibration never saw are where its noise is tested: they may lie
+    further out than the calibration's hosts said. Each level's note says how far the new runs lie from the old noise (an F test). The host's
     part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
     notes: list[str] = []
     if {r.profile for r in runs} != {old.profile} or {r.hardware_class for r in runs} != {old.hardware_class}:

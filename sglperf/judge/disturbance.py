@@ -9,9 +9,9 @@ from ..environment.host import STEAL_REASON
 
 
 STEAL_COST = 2.0  # the drop below its floor one share of stolen CPU may explain: 3.4x the most seen (beyond_steal)
-# steal a verdict that did not pass names, though under the disturbance limit: quiet H200 hosts stole under 0.5% of
-# the CPU the work wanted; one whose hypervisor was busy stole 2.0-4.8% and read p16 c64/c128 4-7% low (2026-12-04).
-# Not given back as slack: 2 x such a share would have excused the planted -7% at p16 c8 and c64
+# steal a verdict that did not pass names, though under the disturbance limit: quiet hosts steal under 0.5% of the
+# CPU the work wants, and a few % read levels a few % low. Named, not given back as slack: twice such a share would
+# excuse a planted drop of that size
 STEAL_NAMED = 0.01
 
 
@@ -33,9 +33,8 @@ def stolen_share(r) -> float | None:
 def beyond_steal(v, starts: list) -> float | None:
     """The largest stolen share over `starts`, where steal alone disturbed every one and `v` is a regression whose
     interval lies wholly further below its floor than STEAL_COST times that share: a drop no steal of that size
-    explains, which stays a regression on a disturbed host. On the lent H200 hosts a stolen share s put a start's
-    upper bound at most 0.58 s below its floor (18 starts disturbed by 4-32% steal, tests/data/gpu); the slowed run
-    read 67% below it with 16% stolen. None otherwise."""
+    explains, which stays a regression on a disturbed host (the starts behind STEAL_COST: tests/data/gpu,
+    docs/measurement.md). None otherwise."""
     shares = [stolen_share(r) for r in starts]
     if v.outcome != "regression" or v.value is None or not shares or None in shares:
         return None
@@ -46,5 +45,5 @@ def beyond_steal(v, starts: list) -> float | None:
 def beyond_host(v, slower: float) -> bool:
     """Whether `v` is a regression whose interval lies wholly below its floor even with a host CPU `slower` (a share)
     given back: a server no more than wholly bound by the CPU loses at most that share of its throughput, so such a
-    drop is the server's (the slowed H200 run read -69.2% on a host probed 19% slower, 2026-12-05)."""
+    drop is the server's."""
     return v.outcome == "regression" and v.value is not None and v.value + (v.ci95 or 0.0) < v.floor * (1 - slower)

@@ -74,9 +74,8 @@ def floor_of(entry: Entry, starts: float = 1) -> tuple[float, float]:
 def weights(levels: list[LevelResult], metric: str, noise=None) -> list[float]:
     """Each start's weight in a level's value over its starts: the inverse of its variance, its own interval's and
     the between-start noise's together (the random-effects mean, with the baseline's between-start CV as the
-    between-start variance). Starts as precise as each other weigh the same. An H200 c128 level read 1,491 ± 32 on
-    one start and 1,485 ± 128 on another (a dip in its window): their plain mean was known to ±66, wider than the
-    floor's tolerance, and the level ended undecided after three starts; weighed, it is known to ±31."""
+    between-start variance). Starts as precise as each other weigh the same; a start with a dip in its window weighs
+    less, so one imprecise start does not leave the level undecided."""
     values = [getattr(r, metric) for r in levels]
     halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
     if len(levels) < 2 or any(h is None for h in halves) or any(v is None for v in values):
@@ -99,8 +98,8 @@ def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float 
     """The mean of a level's values over its server starts, weighed by their precision (`weights`), and its 95%
     interval: the starts' own intervals together. Where the starts disagree beyond the baseline's run-to-run noise
     (`noise`, judge/noise.py: their variance above its CV's at F(0.99)), the baseline's model is refuted for this
-    run and the interval is what their spread, pooled with the baseline's between-start CV, says of their mean: two
-    H200 starts reading 697 and 1,005 were no ±15 tok/s mean. Starts that agree keep the floor's own accounting of
+    run and the interval is what their spread, pooled with the baseline's between-start CV, says of their mean (two
+    starts 30% apart are no ±1% mean). Starts that agree keep the floor's own accounting of
     between-start noise, and three or more that agree closer than their intervals say cap the interval at what
     their spread says."""
     values = [getattr(r, metric) for r in levels]
@@ -122,8 +121,8 @@ def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float 
             half = spread_half if half is None else max(half, spread_half)
         elif half is not None and n >= 3:
             # agreeing starts bound the within-run error of their mean from above: their spread holds it and the
-            # between-start part. An H200 c128 level read 1,567, 1,540 and 1,564 with ±135-203 intervals each (a dip
-            # in one second read as autocorrelation); their spread says the mean is known to ±38.
+            # between-start part (a one-second dip read as autocorrelation widens each start's interval, not their
+            # spread).
             half = min(half, float(stats.t.ppf(0.975, n - 1)) * math.sqrt(observed / n))
     return mean, half
 
@@ -134,9 +133,8 @@ OUTLIER_FALSE = 0.001  # a healthy start set aside as an outlier, per level judg
 def outlier_start(levels: list[LevelResult], metric: str, noise=None) -> tuple[int | None, str]:
     """(index, why) of the one start of 3+ that lies apart from the others while they agree among themselves,
     else (None, ""). Apart: further from the others' median than t(1 - OUTLIER_FALSE / 2n, df) baseline run-to-run
-    SDs. llama.cpp on an H200 ran one start of a healthy c8 level at 749 tok/s, its other starts at 1,017 and 997:
-    llama.cpp went from 7 to 13 ms a step partway through the level and stayed there. That is a mode of the
-    server's start, not its speed, and the mean of the three was undecided. A regression moves every start."""
+    SDs. A server may run one start in another mode (llama.cpp's step time doubling partway through a level and
+    staying there): that is a mode of the start, not the server's speed. A regression moves every start."""
     values = [getattr(r, metric) for r in levels]
     n = len(values)
     if n < 3 or noise is None or noise.cv <= 0 or any(not v for v in values):
@@ -207,7 +205,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     stolen = max(steal_share(r) for r in starts)
     if outcome != "pass" and stolen >= STEAL_NAMED:
         msg += (f"; the hypervisor stole up to {stolen:.1%} of the CPU the work wanted, under the disturbance limit "
-                f"(a quiet H200 host: under 0.5%): not set aside, named")
+                f"(a quiet host: under 0.5%): not set aside, named")
     if env_diff:
         msg += f"; {env_diff}"
     if outcome != "pass" and starts[-1].gpu:  # a throttling GPU is a real cause: name what the clocks did

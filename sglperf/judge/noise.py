@@ -40,8 +40,8 @@ class Noise:
     host: float = 0.0
     hosts: int = 0  # the calibration's hosts, where its runs said which (0: not known, `host` is then 0)
     # the part a restart inside one run draws afresh (the calibration runs' replicate starts, pooled over the
-    # levels). Restarts minutes apart share the host's state of those minutes: on the H200 p32 c128 moved 4.1%
-    # from run to run on one host and 1.9% between the restarts of one run. None: not measured, each start is
+    # levels). Restarts minutes apart share the host's state of those minutes, so they differ less than runs do.
+    # None: not measured, each start is
     # taken as a fresh draw of all but the host's part
     restart: float | None = None
 

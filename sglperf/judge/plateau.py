@@ -17,8 +17,8 @@ from .floor import floor_outcome
 # known to about 0.47 x the band (the halves in quadrature), so any ratio in the band's inner 60% decides, and a
 # healthy plateau (within a few % of flat) passes without the level running on to the profile's ci_target. A later
 # plateau level also runs on until its ratio to the earlier ones decides (decides_plateau_level's `earlier`), so a
-# ratio up to 72% of the band still decides as the later one narrows. A quarter (until 2026-12-04) kept sim-seed's
-# rr2048 c2048 running 32 of the nightly's minutes for a ratio that was decided at a third (docs/measurement.md).
+# ratio up to 72% of the band still decides as the later one narrows. A quarter kept a deep simulator level running
+# half an hour for a ratio that was decided at a third (docs/measurement.md).
 PLATEAU_SHARE = 1 / 3
 # Where the baseline measured the plateau flat, the first level may stop wider, up to half the band: two levels at a
 # share s decide (TOST) every ratio within B x (1 - TOST_SHARE x sqrt(2) x s) of 1, and plateau_share gives the
@@ -89,7 +89,7 @@ class PlateauVerdict:
     problems: tuple[str, ...]
     unsure: tuple[str, ...] = ()  # levels whose ratio's interval straddles the band's edge
     # what the host did to the levels of ratios that did not pass ("c128: disturbed: ..."): a disturbance moves one
-    # level and not the other, so such a ratio decides nothing (an H200 host's 25% steal read p32 c128 at 0.704 x c64)
+    # level and not the other, so such a ratio decides nothing (a quarter of the CPU stolen read a level 30% low)
     disturbed: tuple[str, ...] = ()
 
     @property
@@ -131,7 +131,7 @@ def _per_step(r: LevelResult) -> str:
 
 # A plateau passes when its ratio is shown inside the band: an equivalence test, two one-sided tests at 5% each
 # (TOST), so the 90% interval must lie inside; it is violated only when the 95% interval lies wholly outside. The 95%
-# interval inside a ±15% band left an H200 p32 c128, 5-8% under c64 on a healthy host, undecided in 2 of 3 runs.
+# interval inside the band left a healthy plateau a few % off flat undecided in most runs.
 TOST_SHARE = float(stats.norm.ppf(0.95) / stats.norm.ppf(0.975))
 
 
@@ -140,12 +140,12 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     """Past the effective ceiling, sustained throughput stays within `band` of the reference level; the server shows
     saturation (requests queued), running requests sit near the ceiling, and the plateau is attributed
     to the KV pool or the admission cap from the server's running count. A server whose mean running count sits at
-    the ceiling is saturated even where its queue gauge reads empty (llama.cpp on the H200, its prompt cache on, read
-    requests_deferred 0 at c48 with 32 slots busy).
+    the ceiling is saturated even where its queue gauge reads empty (llama.cpp with its prompt cache on reads
+    requests_deferred 0 with every slot busy).
 
     The levels judged are those past the ceiling when two or more are, else those at or past it: at exactly the
-    ceiling nothing waits, so each freed slot idles for a client's round trip (llama.cpp on 2 cores read +13.1% ±
-    2.9% from c4 to c16 with 4 slots: a ratio against that level measures the round trip, not the plateau).
+    ceiling nothing waits, so each freed slot idles for a client's round trip (a ratio against that level measures
+    the round trip, not the plateau).
 
     Decided by intervals, like a floor: each ratio's 90% interval (both levels' CIs combined; TOST_SHARE) wholly
     inside the band passes, its 95% interval wholly outside violates, and one that straddles the band's edge is
@@ -153,8 +153,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     undisturbed, so one level the host disturbed does not make every ratio undecided. A ratio that does not pass
     while the host disturbed either of its levels is not judged: a disturbance lowers one level, not the other
     (`disturbed`; the suite measures them again on a fresh start, and names the disturbance where none is left).
-    A level whose own interval is wider than the band cannot test the band at all (llama.cpp on a 2-core CI host
-    read 922 -> 1,105 tok/s across one level's batches: ±35%): where its ratio sits in the band's inner half it is
+    A level whose own interval is wider than the band cannot test the band at all (a CPU engine on a small host can
+    change speed inside one level's window): where its ratio sits in the band's inner half it is
     set aside as consistent with the plateau and named, and the server's saturation and attribution still decide;
     leaning out of the band, or with a reference as imprecise, it stays undecided. Run-to-run CVs from a baseline do
     not widen it: the levels compared come from one server start, and what differs between starts moves all of them

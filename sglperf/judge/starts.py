@@ -47,9 +47,8 @@ def over_starts(starts: dict[int, list[LevelResult]], noise: dict) -> dict[int, 
     compares when the levels of one start leave it undecided and no start measuring them together is allowed.
     Levels of different starts of one run differ by what a restart draws, so the comparison is honest only with
     that noise in it: None where the baseline calibrated none for a
-    level (a plateau mixing starts without it read +43% on SGLang on 2 AMD EPYC cores), or where no level has a
-    second start. An H200 run read p32 c64 at 2,088 ± 926 on its first start (two regimes inside the window) and
-    2,412 ± 47 on its second."""
+    level (a plateau mixing starts without it read a healthy server +43% off flat), or where no level has a second
+    start."""
     if not any(len(v) > 1 for v in starts.values()):
         return None
     out = {}
@@ -71,8 +70,7 @@ def another_start(v: FloorVerdict, starts: int, entry: Entry, replicates: int, *
     """Whether a floor needs one more server start, where the profile's `replicates` allow it (the suite stops
     sooner when its budget is spent). Undecided: yes. A regression stands only over all the starts allowed: one
     start reads low often enough on a GPU. A pass before then must clear the floor for all the starts allowed, the
-    highest: a drop that hides in one start's spread (p32 c64 on the H200: between starts ±2.9%, a 10% drop) is
-    caught by the mean of several, and a healthy level well above its floor still passes at once. The decision at
+    highest: a drop that hides in one start's spread is caught by the mean of several, and a healthy level well above its floor still passes at once. The decision at
     the last start is the floor for that many starts (or check_floor's bound, `last`), so false regressions stay
     at that floor's rate."""
     if starts >= replicates:

@@ -96,10 +96,9 @@ def aligned_batches(window: tuple[float, float], batches: int,
                     lifetime: float | None) -> tuple[int, tuple[float, float]]:
     """(how many batches, the span they cut): `batches` equal ones over the window; or, over a window of at least
     MIN_ALIGNED lifetimes, batches of m whole lifetimes from the window's start, as many as fit, m the whole number
-    nearest window / (`batches` x lifetime): one lifetime each up to 15 lifetimes, then 7-14 batches. m the smallest
-    giving at most `batches` (until 2026-12-03) cut a window just past 10 lifetimes into 5 batches of 2, whose t
-    quantile and lag-1 correction widened the interval about 2.5-fold at once: a level that ran on read less
-    precise (docs/measurement.md). One lifetime a batch at any length undercovers correlated streams (92.7%)."""
+    nearest window / (`batches` x lifetime): one lifetime each up to 15 lifetimes, then 7-14 batches. The smallest m
+    giving at most `batches` cut a window just past 10 lifetimes into 5 batches of 2, whose t quantile and lag-1
+    correction widened the interval 2.5-fold at once: a level that ran on read less precise (docs/measurement.md). One lifetime a batch at any length undercovers correlated streams (92.7%)."""
     s, e = window
     if whole_lifetimes(window, lifetime) < MIN_ALIGNED:
         return batches, window

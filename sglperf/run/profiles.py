@@ -94,7 +94,7 @@ class MeasurementSection(Strict):
     ab_margin: float = Field(0.05, ge=0, lt=1)
     default_tolerance: float = Field(0.05, gt=0, lt=1)
     server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
-    # steal above this share of the CPU the work wanted (and above this share of 2 cores) disturbs a level
+    # steal above this share of the CPU the work wanted (and above this share of two cores' worth) disturbs a level
     # (environment/host.disturbance); a server whose step loop is one thread the GPU waits on loses more to it
     max_steal_share: float = Field(0.05, gt=0, lt=1)
     # Client processes a closed-loop level's streams are sharded over: a count, or "auto" (sglperf.shards).
@@ -125,8 +125,8 @@ class CanarySection(Strict):
     min_distinct: int = Field(2, ge=1)
     compare_tokens: int = Field(8, ge=1)
     # A fresh server start between the canary and the ladder, where the canary's few requests leave the server in a
-    # state a fresh start is not in: on the H200, llama.cpp's c8 read 680-690 tok/s after any three requests and
-    # 1,017-1,056 after none or after a level (docs/gpu-proof.md). Costs one server start per config.
+    # state a fresh start is not in (llama.cpp's c8 reads a third slower after any few requests: docs/gpu-proof.md).
+    # Costs one server start per config.
     restart_after: bool = False
 
     def rules(self):

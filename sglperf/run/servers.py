@@ -86,8 +86,8 @@ class ConfigRun:
             return None
         if bf.host_speed is None:
             return ("the baseline was taken before sglperf probed the host's CPU speed, and a CPU's model name does "
-                    "not say how fast the machine is (two VMs named Intel(R) Xeon(R) Processor x 2 read SGLang's "
-                    "levels 10-30% apart on 2026-12-01): a floor from it could blame the server for the host. "
+                    "not say how fast the machine is (two VMs of one CPU class can read the same levels 10-30% "
+                    "apart): a floor from it could blame the server for the host. "
                     "Re-calibrate it on this host (`sglperf baseline calibrate RUN_FILES...`)")
         scores = self.suite.host_speeds or [now]
         mean, _ = host_speed.summarize(scores)
@@ -97,9 +97,9 @@ class ConfigRun:
     def host_slower(self, bf) -> host_speed.SlowerHost | None:
         """How much slower than on the baseline's runs this host's CPU probed before the levels measured so far
         (their geometric mean: one host, one speed), where that lies below the baseline's band; None where it does
-        not, or where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: an H200
-        host probed 20% slower than at the session's start read p16 c128 5.6% under its baseline, nothing else named
-        (2026-12-04). One level's probe alone moved 69-91 within a healthy run on another (2026-12-05)."""
+        not, or where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: a host
+        probed a fifth slower reads GPU levels a few % low with nothing else named. One level's probe alone moves a
+        quarter within a healthy run: the mean over the levels decides."""
         scores = self.suite.level_cpu_speeds
         if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
             return None

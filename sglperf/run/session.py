@@ -49,8 +49,8 @@ class Suite(Servers):
         # compare itself with (Suite.decides)
         self.on_start: dict[tuple[str, str, int], dict[int, LevelResult]] = {}
         # Every CPU speed probe of this host in the session: one host, one speed, judged by their mean. One probe
-        # moves ±5% on a host with noisy neighbours (2026-12-02: 39.5 and 42.7 minutes apart against a baseline's
-        # 48.2), and a config whose lone probe fell just inside the band was judged while the one before was not.
+        # moves ±5% on a host with noisy neighbours, and a config whose lone probe fell just inside the band would be
+        # judged while the one before was not.
         self.host_speeds: list[float] = []
         self.level_cpu_speeds: list[float] = []  # the probe before each level measured (ConfigRun.host_slower)
         self.launch_s: dict[tuple[str, str], float] = {}  # how long each config's last server start took
@@ -224,8 +224,8 @@ class Suite(Servers):
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
-        # the CPU's speed just before a GPU server's level: it moves within a session (an H200 host probed 42.9, then
-        # 28.1 after a run its hypervisor stole from, then 41.0); a CPU server's host is judged by its starts' probes
+        # the CPU's speed just before a GPU server's level: it moves within a session (by a third, after a run its
+        # hypervisor stole from); a CPU server's host is judged by its starts' probes
         cpu = (host_speed.probe().score if run.engine.host_cpu_matters and not self.opts.server_url
                and not fingerprint.cpu_class(run.hardware_class) else None)
         try:
