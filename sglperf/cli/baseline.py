@@ -147,57 +147,71 @@ def main(args: argparse.Namespace) -> int:
 def _main(args) -> int:
     _check_target(args)
     if args.baseline_cmd == "show":
-        def _replicates(name: str) -> int:  # the starts a floor may take: the profile's, where it loads
-            try:
-                return profiles.load(name).measurement.replicates
-            except Exception:
-                return 1
-
-        files = [Path(args.file)] if args.file else sorted(
-            (baselines.BASELINE_DIR / args.profile).glob("*.json") if args.profile
-            else baselines.BASELINE_DIR.glob("*/*.json"))
-        for f in files:
-            if ".candidate" in f.name:
-                continue
-            bf = baselines.load(f)
-            reps = _replicates(bf.profile)
-            print(f"{f}: profile {bf.profile}, hardware class {bf.hardware_class!r}, {bf.isl} in / {bf.osl} out")
-            if bf.host_speed:
-                print(f"  {baselines.host_speed_note(bf.host_speed, bf.hardware_class)}")
-            for cname, lvls in bf.configs.items():
-                for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
-                    for m, e in metrics.items():
-                        n = noise_of(e)
-                        noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df"
-                                 + (f", restarts {n.restart:.2%}" if n.restart is not None else "") + ", catches "
-                                 f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
-                                 + (f", {n.detectable(reps, floor=e.min_tolerance or 0.0):.1%} over {reps}"
-                                    if reps > 1 else "")) if n else ""
-                        print(f"  {cname:<14} c{lv:<6} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
-                              f"(-{e.tolerance:.1%}{noise})  {e.source}, {e.taken_at}")
-        return 0
+        return _show(args)
     if args.baseline_cmd == "update":
-        run = load_run(args.run)
-        prof = profiles.load(run.profile)
-        levels = [int(x) for x in args.levels.split(",")] if args.levels else None
-        if not run.hardware_class:
-            raise baselines.BaselineError(f"{args.run}: the run measured no server (no hardware class)")
-        new = baselines.from_run(run, tolerance=args.tolerance or prof.measurement.default_tolerance,
-                                 metric=args.metric, configs=args.config, levels=levels, isl=prof.workload.isl,
-                                 osl=prof.workload.osl)
-        if args.canary_only:
-            if not new.canary:
-                raise baselines.BaselineError(f"{args.run}: no config's output canary passed; only a passed canary "
-                                              f"becomes a baseline")
-            new = new.model_copy(update={"configs": {}})
-            for cname, outs in new.canary.items():
-                print(f"canary {cname}: {len(outs)} outputs, first {outs[0][:8]}")
-        elif not new.configs:
-            raise baselines.BaselineError(f"{args.run}: no valid level matches; invalid levels never become "
-                                          f"baselines")
-        _write(_target(args.file, run.profile, run.hardware_class), new, args.dry_run)
-        return 0
-    # calibrate
+        return _update(args)
+    return _calibrate(args)
+
+
+def _show(args) -> int:
+    """Each baseline's entries, their floors and what their noise catches."""
+    def _replicates(name: str) -> int:  # the starts a floor may take: the profile's, where it loads
+        try:
+            return profiles.load(name).measurement.replicates
+        except Exception:
+            return 1
+
+    files = [Path(args.file)] if args.file else sorted(
+        (baselines.BASELINE_DIR / args.profile).glob("*.json") if args.profile
+        else baselines.BASELINE_DIR.glob("*/*.json"))
+    for f in files:
+        if ".candidate" in f.name:
+            continue
+        bf = baselines.load(f)
+        reps = _replicates(bf.profile)
+        print(f"{f}: profile {bf.profile}, hardware class {bf.hardware_class!r}, {bf.isl} in / {bf.osl} out")
+        if bf.host_speed:
+            print(f"  {baselines.host_speed_note(bf.host_speed, bf.hardware_class)}")
+        for cname, lvls in bf.configs.items():
+            for lv, metrics in sorted(lvls.items(), key=lambda kv: int(kv[0])):
+                for m, e in metrics.items():
+                    n = noise_of(e)
+                    noise = (f", CV {n.cv:.2%} over {e.runs} runs, {n.df:.0f} df"
+                             + (f", restarts {n.restart:.2%}" if n.restart is not None else "") + ", catches "
+                             f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
+                             + (f", {n.detectable(reps, floor=e.min_tolerance or 0.0):.1%} over {reps}"
+                                if reps > 1 else "")) if n else ""
+                    print(f"  {cname:<14} c{lv:<6} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
+                          f"(-{e.tolerance:.1%}{noise})  {e.source}, {e.taken_at}")
+    return 0
+
+
+def _update(args) -> int:
+    """A baseline (or its canary) from one reviewed run."""
+    run = load_run(args.run)
+    prof = profiles.load(run.profile)
+    levels = [int(x) for x in args.levels.split(",")] if args.levels else None
+    if not run.hardware_class:
+        raise baselines.BaselineError(f"{args.run}: the run measured no server (no hardware class)")
+    new = baselines.from_run(run, tolerance=args.tolerance or prof.measurement.default_tolerance,
+                             metric=args.metric, configs=args.config, levels=levels, isl=prof.workload.isl,
+                             osl=prof.workload.osl)
+    if args.canary_only:
+        if not new.canary:
+            raise baselines.BaselineError(f"{args.run}: no config's output canary passed; only a passed canary "
+                                          f"becomes a baseline")
+        new = new.model_copy(update={"configs": {}})
+        for cname, outs in new.canary.items():
+            print(f"canary {cname}: {len(outs)} outputs, first {outs[0][:8]}")
+    elif not new.configs:
+        raise baselines.BaselineError(f"{args.run}: no valid level matches; invalid levels never become "
+                                      f"baselines")
+    _write(_target(args.file, run.profile, run.hardware_class), new, args.dry_run)
+    return 0
+
+
+def _calibrate(args) -> int:
+    """A baseline from N runs (or the fleet's database), or an existing one extended by them."""
     paths = list(args.runs)
     if args.repeat:
         if not args.profile:

@@ -49,6 +49,50 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
         raise BaselineError(f"calibrate needs runs of one profile on one hardware class; got profiles "
                             f"{sorted(profiles)} and hardware classes {sorted(map(str, classes))}")
     notes: list[str] = []
+    keep, within = _levels_of(runs, metric, notes)
+    variances = {k: _log_variance(v) for k, v in keep.items()}
+    s0, d0 = prior(list(variances.values()), [len(v) - 1 for v in keep.values()])
+    host_sd, n_hosts = _hosts_part(runs, hosts, keep, notes)
+    restart = restart_share(run_restarts(runs, list(keep), metric))
+    notes.append(restart_note(restart))
+    out: dict[str, dict[str, dict[str, Entry]]] = {}
+    last = runs[-1]
+    for (cname, lv), vals in keep.items():
+        n = len(vals)
+        var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
+        noise = Noise(math.sqrt(var), df, typical_within(within[(cname, lv)], math.sqrt(var)), n, host_sd, n_hosts,
+                      restart[0] if restart else None)
+        mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
+        tol = noise.tolerance(floor=floor)
+        if max_tolerance is not None and tol > max_tolerance:
+            notes.append(f"{cname} c{lv}: left out: CV {noise.cv:.2%} over {n} runs needs a tolerance of "
+                         f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
+            continue
+        host = f", the host's {min(host_sd, noise.cv):.2%}" if n_hosts else ""
+        note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}{host}, within a "
+                f"run {noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; "
+                + _caught(noise, metric, floor, starts, target_drop))
+        out.setdefault(cname, {})[lv] = {metric: Entry(
+            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
+            noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
+            host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
+            restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
+            taken_at=now_iso(),
+            source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
+            fingerprint=last.config_fingerprint(cname), note=note)}
+        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, {note}")
+    pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
+    speed = runs_host_speed(runs)
+    if speed is not None:
+        notes.append(host_speed_note(speed, runs[0].hardware_class))
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
+                        .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
+                        configs=out, pooled=pooled, host_speed=speed), notes
+
+
+def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
+    """(values, within): each level's value in every run (left out, and noted, where invalid or missing in any) and
+    each run's own relative SE of it."""
     values: dict[tuple[str, str], list[float]] = {}
     within: dict[tuple[str, str], list[float]] = {}
     bad: set[tuple[str, str]] = set()
@@ -71,67 +115,41 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             raise BaselineError(f"calibrate needs at least 2 runs of each level, got {len(vals)}")
         else:
             keep[key] = vals
-    variances = {k: _log_variance(v) for k, v in keep.items()}
-    s0, d0 = prior(list(variances.values()), [len(v) - 1 for v in keep.values()])
+    return keep, within
+
+
+def _hosts_part(runs: list[RunDoc], hosts, keep: dict, notes: list[str]) -> tuple[float, int]:
+    """(the host's part of the run-to-run noise as an SD, how many hosts), where every run says its host."""
     labels = run_hosts(runs, hosts)
-    host_sd, n_hosts = 0.0, 0
-    if all(labels):
-        host_sd, n_hosts = host_share({k: _by_host(labels, v) for k, v in keep.items()})
-        counts = ", ".join(f"{h}: {labels.count(h)} run{'s' if labels.count(h) > 1 else ''}"
-                           for h in dict.fromkeys(labels))
-        notes.append(f"hosts: {n_hosts} ({counts})"
-                     f"; the host's part of the run-to-run noise {host_sd:.2%} (SD, averaged over the levels)")
-    else:
+    if not all(labels):
         notes.append("hosts: not known for every run (no host_id in their fingerprints; --host LABEL:RUN_ID,...): "
                      "the noise is taken as all between starts")
-    restart = restart_share(run_restarts(runs, list(keep), metric))
-    notes.append(restart_note(restart))
-    out: dict[str, dict[str, dict[str, Entry]]] = {}
-    last = runs[-1]
-    for (cname, lv), vals in keep.items():
-        n = len(vals)
-        var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
-        noise = Noise(math.sqrt(var), df, typical_within(within[(cname, lv)], math.sqrt(var)), n, host_sd, n_hosts,
-                      restart[0] if restart else None)
-        mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
-        tol = noise.tolerance(floor=floor)
-        if max_tolerance is not None and tol > max_tolerance:
-            notes.append(f"{cname} c{lv}: left out: CV {noise.cv:.2%} over {n} runs needs a tolerance of "
-                         f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
-            continue
-        caught = noise.detectable(floor=floor)
-        change = "rise" if METRICS[metric].better == "lower" else "drop"
-        host = f", the host's {min(host_sd, noise.cv):.2%}" if n_hosts else ""
-        note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}{host}, within a "
-                f"run {noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; a {change} of {caught:.1%} is caught "
-                f"with 95% power in one server start")
-        if starts > 1:
-            caught = noise.detectable(starts, floor=floor)
-            note += f", {caught:.1%} over the {starts} starts the profile allows"
-        if target_drop is not None and caught > target_drop and floor >= target_drop:
-            note += f"; {target_drop:.0%} is within the profile's min_tolerance ({floor:.0%}): no run count changes that"
-        elif target_drop is not None and caught > target_drop:
-            more = noise.runs_for(target_drop, starts, floor=floor)
-            note += (f"; {target_drop:.0%} needs {more} runs" if more else
-                     f"; no number of runs catches {target_drop:.0%} in {starts} server start"
-                     f"{'s' if starts > 1 else ''} (between-start noise alone: measure more starts per level, "
-                     f"[measurement] replicates)")
-        out.setdefault(cname, {})[lv] = {metric: Entry(
-            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
-            noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
-            host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
-            restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
-            taken_at=now_iso(),
-            source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
-            fingerprint=last.config_fingerprint(cname), note=note)}
-        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, {note}")
-    pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
-    speed = runs_host_speed(runs)
-    if speed is not None:
-        notes.append(host_speed_note(speed, runs[0].hardware_class))
-    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
-                        .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
-                        configs=out, pooled=pooled, host_speed=speed), notes
+        return 0.0, 0
+    host_sd, n_hosts = host_share({k: _by_host(labels, v) for k, v in keep.items()})
+    counts = ", ".join(f"{h}: {labels.count(h)} run{'s' if labels.count(h) > 1 else ''}" for h in dict.fromkeys(labels))
+    notes.append(f"hosts: {n_hosts} ({counts})"
+                 f"; the host's part of the run-to-run noise {host_sd:.2%} (SD, averaged over the levels)")
+    return host_sd, n_hosts
+
+
+def _caught(noise: Noise, metric: str, floor: float, starts: int, target_drop: float | None) -> str:
+    """What a floor of this noise catches with 95% power, in one start and over the profile's; with `target_drop`,
+    how many runs would catch that one."""
+    caught = noise.detectable(floor=floor)
+    change = "rise" if METRICS[metric].better == "lower" else "drop"
+    note = f"a {change} of {caught:.1%} is caught with 95% power in one server start"
+    if starts > 1:
+        caught = noise.detectable(starts, floor=floor)
+        note += f", {caught:.1%} over the {starts} starts the profile allows"
+    if target_drop is not None and caught > target_drop and floor >= target_drop:
+        note += f"; {target_drop:.0%} is within the profile's min_tolerance ({floor:.0%}): no run count changes that"
+    elif target_drop is not None and caught > target_drop:
+        more = noise.runs_for(target_drop, starts, floor=floor)
+        note += (f"; {target_drop:.0%} needs {more} runs" if more else
+                 f"; no number of runs catches {target_drop:.0%} in {starts} server start"
+                 f"{'s' if starts > 1 else ''} (between-start noise alone: measure more starts per level, "
+                 f"[measurement] replicates)")
+    return note
 
 
 def run_hosts(runs: list[RunDoc], hosts: dict[str, str] | None = None) -> list[str | None]:
@@ -203,8 +221,8 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     calibrate over the old runs and the new, the old ones present by what their entry keeps of them (their count,
     mean and own log-scale spread), the new ones by their values (`run_value`); the levels are then pooled again
     (judge/noise.prior). Healthy runs on hosts a calibration never saw are where its noise is tested: they may lie
-    further out than the calibration's hosts said. Each level's note says how far the new runs lie from the old noise (an F test). The host's
-    part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
+    further out than the calibration's hosts said. Each level's note says how far the new runs lie from the old
+    noise (an F test). The host's part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
     notes: list[str] = []
     if {r.profile for r in runs} != {old.profile} or {r.hardware_class for r in runs} != {old.hardware_class}:
         raise BaselineError(f"--extend needs runs of {old.profile} on {old.hardware_class!r}, the baseline's; got "
@@ -217,35 +235,7 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     if twice := [r.run_id for r in runs if r.run_id in taken]:
         raise BaselineError(f"--extend: run {', '.join(twice)} is already in the baseline's calibration: one run "
                             f"counted twice would halve its noise")
-    grown: dict[tuple[str, str], tuple] = {}  # level -> (entry, new values, their within parts, ss, df)
-    for cname, lvls in old.configs.items():
-        for lv, metrics in lvls.items():
-            e = metrics.get(metric)
-            noise = noise_of(e) if e is not None else None
-            if noise is None or e.runs < 2:
-                if e is not None:
-                    notes.append(f"{cname} c{lv}: kept as it is: not calibrated (no noise to extend)")
-                continue
-            vals, rel_se = [], []
-            for r in runs:
-                c = r.configs.get(cname)
-                res = run_value(c, lv, noise) if c is not None and lv in c.levels else None
-                v = metric_value(res, metric) if res is not None and res.valid else None
-                if v is None or v <= 0:
-                    vals = []
-                    notes.append(f"{cname} c{lv}: kept as it is: invalid or missing in run {r.run_id}")
-                    break
-                vals.append(float(v))
-                half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
-                rel_se.append((half or 0.0) / 1.96 / float(v))
-            if not vals:
-                continue
-            n0, n = e.runs, len(vals)
-            logs = [math.log(v) for v in vals]
-            mx = sum(logs) / n
-            ss = ((e.own_cv if e.own_cv is not None else noise.cv) ** 2 * (n0 - 1) + sum((x - mx) ** 2 for x in logs)
-                  + n0 * n / (n0 + n) * (math.log(e.value) - mx) ** 2)
-            grown[(cname, lv)] = (e, vals, rel_se, ss, n0 + n - 1)
+    grown = _grown_levels(old, runs, metric, notes)
     s0, d0 = prior([g[3] / g[4] for g in grown.values()], [g[4] for g in grown.values()])
     restart = pool_restarts([(g[0].restart_cv, g[0].restart_df) for g in grown.values()][:1]
                             + [restart_share(run_restarts(runs, list(grown), metric,
@@ -260,14 +250,7 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
         fit = sum((math.log(v / e.value)) ** 2 for v in vals) / n / noise.cv ** 2  # the new runs, the old noise
         p_fit = float(stats.f.sf(fit, n, noise.df))
         within = math.sqrt((n0 * noise.within ** 2 + n * typical_within(rel_se, cv) ** 2) / (n0 + n))
-        host, n_hosts = noise.host, noise.hosts
-        if len(known) == len(runs):
-            groups = _by_host(labels, vals)
-            h_new, g = host_share({(cname, lv): groups})
-            if sum(len(v) >= 2 for v in groups.values()) >= 2:  # one host's pair says little of the hosts' part
-                host = math.sqrt(((max(n_hosts, 1) - 1) * host ** 2 + (g - 1) * h_new ** 2)
-                                 / (max(n_hosts, 1) - 1 + g - 1))
-            n_hosts = n_hosts + len(set(known))
+        host, n_hosts = _host_after(noise, labels if len(known) == len(runs) else None, vals, (cname, lv))
         now = Noise(cv, df, within, n0 + n, min(host, cv), n_hosts, restart[0] if restart else None)
         tol = now.tolerance(floor=floor)
         mean = (n0 * e.value + sum(vals)) / (n0 + n)  # arithmetic, as calibrate's
@@ -300,6 +283,54 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     grown_file = merge(old, old.model_copy(update={"configs": out, "pooled": pooled if grown else [],
                                                    "host_speed": speed}))
     return grown_file.model_copy(update={"description": f"{old.description}; extended by {len(runs)} runs"}), notes
+
+
+def _grown_levels(old: BaselineFile, runs: list[RunDoc], metric: str, notes: list[str]) -> dict:
+    """level -> (entry, the new runs' values, their within parts, the pooled sum of squares, its df): the calibrated
+    levels every new run measured validly (the others kept as they are, and noted)."""
+    grown: dict[tuple[str, str], tuple] = {}  # level -> (entry, new values, their within parts, ss, df)
+    for cname, lvls in old.configs.items():
+        for lv, metrics in lvls.items():
+            e = metrics.get(metric)
+            noise = noise_of(e) if e is not None else None
+            if noise is None or e.runs < 2:
+                if e is not None:
+                    notes.append(f"{cname} c{lv}: kept as it is: not calibrated (no noise to extend)")
+                continue
+            vals, rel_se = [], []
+            for r in runs:
+                c = r.configs.get(cname)
+                res = run_value(c, lv, noise) if c is not None and lv in c.levels else None
+                v = metric_value(res, metric) if res is not None and res.valid else None
+                if v is None or v <= 0:
+                    vals = []
+                    notes.append(f"{cname} c{lv}: kept as it is: invalid or missing in run {r.run_id}")
+                    break
+                vals.append(float(v))
+                half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                rel_se.append((half or 0.0) / 1.96 / float(v))
+            if not vals:
+                continue
+            n0, n = e.runs, len(vals)
+            logs = [math.log(v) for v in vals]
+            mx = sum(logs) / n
+            ss = ((e.own_cv if e.own_cv is not None else noise.cv) ** 2 * (n0 - 1) + sum((x - mx) ** 2 for x in logs)
+                  + n0 * n / (n0 + n) * (math.log(e.value) - mx) ** 2)
+            grown[(cname, lv)] = (e, vals, rel_se, ss, n0 + n - 1)
+    return grown
+
+
+def _host_after(noise: Noise, labels: list[str] | None, vals: list[float], key) -> tuple[float, int]:
+    """The host's part and the hosts counted once the new runs are in (`labels`: their hosts, where every run says):
+    the entry's part unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
+    host, n_hosts = noise.host, noise.hosts
+    if labels is None:
+        return host, n_hosts
+    groups = _by_host(labels, vals)
+    h_new, g = host_share({key: groups})
+    if sum(len(v) >= 2 for v in groups.values()) >= 2:  # one host's pair says little of the hosts' part
+        host = math.sqrt(((max(n_hosts, 1) - 1) * host ** 2 + (g - 1) * h_new ** 2) / (max(n_hosts, 1) - 1 + g - 1))
+    return host, n_hosts + len(set(labels))
 
 
 def _by_host(labels: list[str], values: list[float]) -> dict[str, list[float]]:

@@ -190,39 +190,9 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         if ratio is None:
             problems.append(f"c{lv}: no sustained throughput")
         elif lv != ref:
-            noise = math.hypot(_rel_ci(results[ref]), _rel_ci(r))
-            inside = noise * TOST_SHARE  # the 90% interval: two one-sided 5% tests, one per edge of the band
-            outcome = ratio_outcome(ratio, noise, band)
-            hit = {x: results[x].disturbances for x in (ref, lv) if results[x].disturbances}
-            if outcome != "pass" and hit and not (outcome == "unsure" and _rel_ci(r) > band
-                                                  and abs(ratio - 1) <= band / 2):
-                lines.append(f"  c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: not judged, the host disturbed "
-                             f"c{', c'.join(map(str, sorted(hit)))}")
-                disturbed.update(hit)
-            elif outcome == "violated":
-                problems.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}, outside the plateau band "
-                                f"±{band:.0%}")
-            elif outcome == "unsure" and _rel_ci(r) > band and abs(ratio - 1) <= band / 2:
-                set_aside.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: its own interval "
-                                 f"(±{_rel_ci(r):.1%}) is wider than the band, so it cannot test it; consistent with "
-                                 f"the plateau, set aside")
-            elif outcome == "unsure":
-                unsure.append(f"c{lv}: {ratio - 1:+.1%} ± {inside:.1%} (90%) vs c{ref} straddles the plateau band's "
-                              f"edge ±{band:.0%}: re-run, or give the levels more time")
+            _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_aside, disturbed)
         if lv > ceiling.effective:
-            full = (r.server_mean_running is not None
-                    and r.server_mean_running >= (1 - near) * ceiling.effective - 1)  # busy at the ceiling throughout
-            if (r.server_mean_queued is not None and r.server_mean_queued <= 0
-                    and (r.server_mean_token_usage or 0) < 0.9 and not full):
-                problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
-            run = r.server_max_running
-            if run is not None:
-                if abs(run - ceiling.effective) > near * ceiling.effective + 1:
-                    problems.append(f"c{lv}: server ran up to {run:.0f} requests, not near the predicted ceiling "
-                                    f"{ceiling.effective}" + _seen_from(r))
-                at_cap = ceiling.cap is not None and abs(run - ceiling.cap) <= near * ceiling.cap + 1
-                at_kv = abs(run - ceiling.kv) <= near * ceiling.kv + 1
-                attributed = "cap" if at_cap and not at_kv else "kv" if at_kv and not at_cap else attributed
+            attributed = _saturation(lv, r, ceiling, near, problems) or attributed
     if attributed is None and any(results[lv].server_max_running is not None for lv in past):
         problems.append("the server's running count matches neither the KV ceiling nor the admission cap")
     elif attributed is not None and attributed != ceiling.binding:
@@ -237,6 +207,47 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     named = tuple(f"c{lv}: {d}" for lv, ds in sorted(disturbed.items()) for d in ds)
     return PlateauVerdict(not problems and not unsure and not named, ceiling, attributed, ref, tuple(past),
                           tuple(lines), tuple(problems), tuple(unsure), named)
+
+
+def _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_aside, disturbed) -> None:
+    """One level's ratio to the reference, by its interval, into the verdict's lists."""
+    r = results[lv]
+    noise = math.hypot(_rel_ci(results[ref]), _rel_ci(r))
+    inside = noise * TOST_SHARE  # the 90% interval: two one-sided 5% tests, one per edge of the band
+    outcome = ratio_outcome(ratio, noise, band)
+    hit = {x: results[x].disturbances for x in (ref, lv) if results[x].disturbances}
+    wide = outcome == "unsure" and _rel_ci(r) > band and abs(ratio - 1) <= band / 2
+    if outcome != "pass" and hit and not wide:
+        lines.append(f"  c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: not judged, the host disturbed "
+                     f"c{', c'.join(map(str, sorted(hit)))}")
+        disturbed.update(hit)
+    elif outcome == "violated":
+        problems.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}, outside the plateau band ±{band:.0%}")
+    elif wide:
+        set_aside.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: its own interval (±{_rel_ci(r):.1%}) is "
+                         f"wider than the band, so it cannot test it; consistent with the plateau, set aside")
+    elif outcome == "unsure":
+        unsure.append(f"c{lv}: {ratio - 1:+.1%} ± {inside:.1%} (90%) vs c{ref} straddles the plateau band's edge "
+                      f"±{band:.0%}: re-run, or give the levels more time")
+
+
+def _saturation(lv, r: LevelResult, ceiling: Ceiling, near: float, problems: list[str]) -> str | None:
+    """A level past the ceiling: the server must show saturation and run near the ceiling; which ceiling its running
+    count sits at ("cap" or "kv"), where it says one and not the other."""
+    full = (r.server_mean_running is not None
+            and r.server_mean_running >= (1 - near) * ceiling.effective - 1)  # busy at the ceiling throughout
+    if (r.server_mean_queued is not None and r.server_mean_queued <= 0
+            and (r.server_mean_token_usage or 0) < 0.9 and not full):
+        problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
+    run = r.server_max_running
+    if run is None:
+        return None
+    if abs(run - ceiling.effective) > near * ceiling.effective + 1:
+        problems.append(f"c{lv}: server ran up to {run:.0f} requests, not near the predicted ceiling "
+                        f"{ceiling.effective}" + _seen_from(r))
+    at_cap = ceiling.cap is not None and abs(run - ceiling.cap) <= near * ceiling.cap + 1
+    at_kv = abs(run - ceiling.kv) <= near * ceiling.kv + 1
+    return "cap" if at_cap and not at_kv else "kv" if at_kv and not at_cap else None
 
 
 def _rel_ci(r: LevelResult) -> float:
