@@ -1,6 +1,7 @@
 """Profiles load with validation; the real target's launch command is valid for SGLang 0.5.23."""
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -112,3 +113,48 @@ def test_hardware_is_declared_by_the_profile_not_by_its_marker():
 def test_unknown_profile_lists_the_available_ones():
     with pytest.raises(profiles.ProfileError, match="available: .*sim-ci"):
         profiles.load("nope")
+
+
+def test_a_profile_written_for_the_old_keys_still_loads_with_one_deprecation_line_naming_the_new_key(tmp_path, capsys):
+    old = (profiles.PROFILE_DIR / "sim-ci.toml").read_text().replace("max_starts = 3", "replicates = 3").replace(
+        "start_budget_s = 120", "replicate_budget_s = 120\nsteady_state_ratio = 0.9")
+    path = tmp_path / "old-keys.toml"
+    path.write_text(old.replace('name = "sim-ci"', 'name = "old-keys"'))
+    profiles._SAID.clear()
+    prof = profiles.load(str(path))
+    assert prof.measurement.max_starts == 3 and prof.measurement.start_budget_s == 120
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if "replicates" in ln] == [
+        "sglperf: [measurement] replicates is deprecated: use max_starts (same meaning); the old name is read for one "
+        "release"]
+    assert any("replicate_budget_s is deprecated: use start_budget_s" in ln for ln in err)
+    assert any("steady_state_ratio is no longer a profile key" in ln for ln in err)
+    profiles.load(str(path))
+    assert capsys.readouterr().err == "", "one line per old key and process"
+    both = tmp_path / "both.toml"
+    both.write_text(old.replace("replicates = 3", "replicates = 3\nmax_starts = 2").replace('name = "sim-ci"',
+                                                                                            'name = "both"'))
+    with pytest.raises(profiles.ProfileError, match="replicates and max_starts are one key"):
+        profiles.load(str(both))
+
+
+def test_every_measurement_key_has_one_description_and_the_readme_table_is_generated_from_them():
+    fields = profiles.MeasurementSection.model_fields
+    assert all(f.description for f in fields.values())
+    assert len(fields) <= 13
+    readme = (profiles.PROFILE_DIR.parent / "README.md").read_text()
+    assert profiles.knob_table() in readme, "README.md's [measurement] table: paste `sglperf profile-keys`"
+
+
+def test_a_command_line_override_is_checked_by_the_same_field_as_the_profile_key():
+    from sglperf.categories import UsageError
+    from sglperf.run.options import SuiteOptions
+
+    assert profiles.MeasurementSection.check("ci_target", "0.02", "--ci-target") == 0.02
+    for bad in ("0.7", "0", "-1"):
+        with pytest.raises(UsageError, match=r"^--ci-target"):
+            profiles.MeasurementSection.check("ci_target", bad, "--ci-target")
+    with pytest.raises(UsageError, match=r"^--ci-target 0.7: input should be less than or equal to 0.5"):
+        SuiteOptions(reports_dir=Path("reports"), ci_target=0.7)
+    with pytest.raises(Exception, match="less than or equal to 0.5"):
+        profiles.MeasurementSection(ci_target=0.7)

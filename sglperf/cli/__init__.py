@@ -42,12 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", required=True)
     p.add_argument("--model-path", default=None)
     p.set_defaults(func=launch_cmd)
+    p = sub.add_parser("profile-keys", help="print the profiles' [measurement] keys as a Markdown table")
+    p.set_defaults(func=profile_keys)
     args = parser.parse_args(argv)
     if args.command == "sim-calibrate":
         from ..sim.calibrate import main as cal_main
 
         return cal_main([])
     return args.func(args)
+
+
+def profile_keys(args) -> int:
+    from ..run import profiles
+
+    print(profiles.knob_table())
+    return 0
 
 
 def launch_cmd(args) -> int:

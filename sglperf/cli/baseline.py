@@ -157,7 +157,7 @@ def _show(args) -> int:
     """Each baseline's entries, their floors and what their noise catches."""
     def _replicates(name: str) -> int:  # the starts a floor may take: the profile's, where it loads
         try:
-            return profiles.load(name).measurement.replicates
+            return profiles.load(name).measurement.max_starts
         except Exception:
             return 1
 
@@ -239,7 +239,7 @@ def _calibrate(args) -> int:
         floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
         part, notes = calibration.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
                                           floor=floor, max_tolerance=args.max_tolerance,
-                                          target_drop=args.target_drop, starts=prof.measurement.replicates,
+                                          target_drop=args.target_drop, starts=prof.measurement.max_starts,
                                           hosts=_hosts(args.host, runs))
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
@@ -258,7 +258,7 @@ def _extend(args, runs) -> int:
     floor = args.min_tolerance if args.min_tolerance is not None else prof.measurement.min_tolerance
     new = old
     for metric in args.metric or ["sustained_output_tps"]:
-        new, notes = calibration.extend(new, runs, metric=metric, floor=floor, starts=prof.measurement.replicates,
+        new, notes = calibration.extend(new, runs, metric=metric, floor=floor, starts=prof.measurement.max_starts,
                                       target_drop=args.target_drop, hosts=_hosts(args.host, runs))
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
     _write(target, new, args.dry_run)

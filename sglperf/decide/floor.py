@@ -58,7 +58,7 @@ class Floor:
                             log_path=ev.log_path, last=last, env_diff=_env_diff(ev, e)) for e in entries.values()]
 
     def _over_starts(self, ev, bf, path, entries, starts) -> Outcome:
-        level, allowed, shown = self.level, ev.profile.measurement.replicates, []
+        level, allowed, shown = self.level, ev.profile.measurement.max_starts, []
         verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
 
         def unsettled():
@@ -116,7 +116,7 @@ class LatencyCeilings:
     def _by_majority(self, ev, path, entries) -> Outcome:
         """A start that does not pass is measured again after a server restart, while the profile allows, and the
         majority of the starts decides; starts the floor re-measured count too."""
-        level, allowed = self.level, ev.profile.measurement.replicates
+        level, allowed = self.level, ev.profile.measurement.max_starts
         past = ev.ceiling is not None and level > ev.ceiling.effective
 
         def judge(x):

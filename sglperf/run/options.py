@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+from .profiles import MeasurementSection
 from ..store import fleet
 from .. import engines
 from ..categories import UsageError
@@ -49,12 +50,12 @@ class SuiteOptions:
             fleet.check_url(self.results_db)
         if self.server_url:
             engines.check_url(self.server_url)
-        if self.ci_target is not None and not 0 < self.ci_target <= 0.5:
-            raise UsageError(f"--ci-target {self.ci_target:g}: must be a fraction in (0, 0.5], e.g. 0.01 for +/-1%")
-        for name, value in (("--level-max-seconds", self.level_max_seconds), ("--launch-timeout",
-                                                                             self.launch_timeout)):
-            if value is not None and not value > 0:
-                raise UsageError(f"{name} {value:g}: must be a number of seconds > 0")
+        if self.ci_target is not None:
+            MeasurementSection.check("ci_target", self.ci_target, "--ci-target")
+        if self.level_max_seconds is not None:
+            MeasurementSection.check("level_max_seconds", self.level_max_seconds, "--level-max-seconds")
+        if self.launch_timeout is not None and not self.launch_timeout > 0:
+            raise UsageError(f"--launch-timeout {self.launch_timeout:g}: must be a number of seconds > 0")
         if self.gpu_lock_timeout < 0:
             raise UsageError(f"--gpu-lock-timeout {self.gpu_lock_timeout:g}: must be >= 0 seconds")
         if self.baseline_file and not Path(self.baseline_file).is_file():

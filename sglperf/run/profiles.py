@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal  # noqa: F401
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -81,31 +81,96 @@ class WorkloadSection(Strict):
                         prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None)
 
 
+# Keys a profile may still use for one release, and what replaced them (the deprecation line names the new key).
+RENAMED = {"replicates": "max_starts", "replicate_budget_s": "start_budget_s"}
+# Keys that left the schema: never set by a profile (or set only to their default), or not a profile's property.
+RETIRED = {
+    "steady_state_ratio": "the steady-state window is where in-flight requests stay at 90% of the target; "
+                          "`sglperf bench --ratio` still sets it for an ad-hoc sweep",
+    "client_procs": "the client's processes are a property of the machine that runs it: --client-procs",
+}
+DOCS = "docs/measurement.md"
+
+
 class MeasurementSection(Strict):
-    ci_target: float = Field(0.01, gt=0, lt=1)
-    steady_state_ratio: float = Field(0.9, gt=0, le=1)
-    level_max_seconds: float = Field(600.0, gt=0)
-    level_min_seconds: float = Field(0.0, ge=0)
-    stall_timeout_s: float = Field(60.0, gt=0)
-    request_timeout_s: float = Field(3600.0, gt=0)
-    plateau_band: float = Field(0.07, gt=0, lt=1)
-    # The loss the A/B allows the tuned config: it must exceed the A/B's noise (CIs and run-to-run CVs), else every
-    # equal level is inconclusive. 5% = the default floor tolerance.
-    ab_margin: float = Field(0.05, ge=0, lt=1)
-    default_tolerance: float = Field(0.05, gt=0, lt=1)
-    server_agreement: float = Field(0.02, gt=0, lt=1)  # |client sustained / server count - 1| at most
-    # steal above this share of the CPU the work wanted (and above this share of two cores' worth) disturbs a level
-    # (environment/host.disturbance); a server whose step loop is one thread the GPU waits on loses more to it
-    max_steal_share: float = Field(0.05, gt=0, lt=1)
-    # Client processes a closed-loop level's streams are sharded over: a count, or "auto" (sglperf.shards).
-    client_procs: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
-    # A level whose floor stays undecided when its time is up is measured again after a server restart, up to this
-    # many server starts in all (1: never), while the run has spent less than replicate_budget_s seconds on such
-    # restarts and levels: what one start cannot decide, the mean of several can (judge/noise.py).
-    replicates: int = Field(1, ge=1, le=10)
-    replicate_budget_s: float = Field(900.0, ge=0)
-    # The tolerance a calibrated floor is never let below (sglperf baseline calibrate --min-tolerance).
-    min_tolerance: float = Field(0.03, ge=0, lt=1)
+    """How a level is measured and how its claims are decided. Every key's history is in docs/measurement.md."""
+
+    # a level's bounds
+    ci_target: float = Field(0.01, gt=0, le=0.5, description="the 95% interval half-width a level runs for, as a "
+                             "share of its throughput (it stops sooner once every claim it feeds is decided)")
+    level_min_seconds: float = Field(0.0, ge=0, description="the shortest a level's steady-state window may be")
+    level_max_seconds: float = Field(600.0, gt=0, description="the longest a level may run")
+    stall_timeout_s: float = Field(60.0, gt=0, description="seconds without a token from any request before the "
+                                   "server is called hung")
+    request_timeout_s: float = Field(3600.0, gt=0, description="the longest one request may take")
+    # the verdicts' margins
+    plateau_band: float = Field(0.07, gt=0, lt=1, description="how far a level past the ceiling may read from the "
+                                "plateau's reference level")
+    ab_margin: float = Field(0.05, ge=0, lt=1, description="the loss the tuned config may show where no gain is "
+                             "expected; it must exceed the A/B's noise, else equal levels stay undecided")
+    server_agreement: float = Field(0.02, gt=0, lt=1, description="how far the client's sustained tok/s may differ "
+                                    "from the server's own count (widened by what the counter's timing allows)")
+    default_tolerance: float = Field(0.05, gt=0, lt=1, description="a floor's tolerance where the baseline "
+                                     "calibrated no noise (a baseline taken from one run)")
+    min_tolerance: float = Field(0.03, ge=0, lt=1, description="the narrowest tolerance calibration may set "
+                                 "(sglperf baseline calibrate --min-tolerance)")
+    max_steal_share: float = Field(0.05, gt=0, lt=1, description="stolen CPU above this share of what the work "
+                                   "wanted disturbs a level (lower for a server whose step loop is one thread the "
+                                   "GPU waits on)")
+    # restarts
+    max_starts: int = Field(1, ge=1, le=10, description="server starts a level may be measured on, in all: an "
+                            "undecided level is measured again after a restart (1: never)")
+    start_budget_s: float = Field(900.0, ge=0, description="seconds a run may spend on such restarts and the levels "
+                                  "they re-measure")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data):
+        """Old keys still load, each with one deprecation line naming its replacement."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in RENAMED.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"{old} and {new} are one key ({old} is its old name): give only {new}")
+                deprecated(f"[measurement] {old} is deprecated: use {new} (same meaning); the old name is read for "
+                           f"one release")
+                data[new] = data.pop(old)
+        for old, why in RETIRED.items():
+            if old in data:
+                deprecated(f"[measurement] {old} is no longer a profile key and is ignored: {why}")
+                data.pop(old)
+        return data
+
+    @classmethod
+    def check(cls, key: str, value, option: str):
+        """A command-line override of `key`, validated by the key's own field: one default, one range, one message."""
+        from pydantic import TypeAdapter
+
+        field = cls.model_fields[key]
+        try:
+            return TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
+        except ValidationError as e:
+            raise UsageError(f"{option} {value}: {e.errors()[0]['msg'].lower()} ({field.description})") from None
+
+
+def deprecated(line: str) -> None:
+    """One line on stderr per old key and process: a run keeps working while its profile is updated."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(f"sglperf: {line}", file=sys.stderr)
+
+
+_SAID: set[str] = set()
+
+
+def knob_table() -> str:
+    """The [measurement] keys as a Markdown table (README.md holds it; tests/test_profiles.py keeps them equal)."""
+    rows = ["| key | default | what it sets |", "| --- | --- | --- |"]
+    for name, f in MeasurementSection.model_fields.items():
+        rows.append(f"| `{name}` | {f.default:g} | {f.description} |")
+    return "\n".join(rows)
 
 
 class CanarySection(Strict):

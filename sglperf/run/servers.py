@@ -113,10 +113,10 @@ class ConfigRun:
         m = self.profile.measurement
         if refused:
             return f"not re-measured further: {refused}"
-        if m.replicates == 1:
+        if m.max_starts == 1:
             return ("re-run, or let the profile re-measure undecided levels after a server restart ([measurement] "
-                    "replicates)")
-        return f"measured over {done + 1} server starts (the profile allows {m.replicates})"
+                    "max_starts)")
+        return f"measured over {done + 1} server starts (the profile allows {m.max_starts})"
 
     def replicate(self, level: int, why: str) -> list[LevelMeasurement] | None:
         """The level's starts so far after one more (a server restart, then the level again), or None where the

@@ -92,8 +92,7 @@ class Suite(Servers):
     def policy(self, profile: profiles.Profile) -> MeasurementPolicy:
         m = profile.measurement
         slo = profile.slo
-        return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, steady_state_ratio=m.steady_state_ratio,
-                                 max_steal_share=m.max_steal_share,
+        return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, max_steal_share=m.max_steal_share,
                                  slo_ttft_ms=slo.ttft_ms_p99 if slo else None,
                                  slo_tpot_ms=slo.tpot_ms_p99 if slo else None)
 
@@ -128,7 +127,7 @@ class Suite(Servers):
         for pname in sorted(pnames):
             prof = self.profile(pname)
             levels = self.levels(prof)
-            procs = setting if isinstance(setting, int) else prof.measurement.client_procs
+            procs = setting if isinstance(setting, int) else 1
             procs = procs if isinstance(procs, int) else 1
             where = "--levels" if self.opts.levels else f"profile {prof.name}'s level"
             why = open_files_problem(max(levels), procs, f"{where} {max(levels)}") if levels else None
@@ -170,17 +169,17 @@ class Suite(Servers):
         cancels. None where the profile's replicates or the run's budget allow no more."""
         m = run.profile.measurement
         keys = [(run.profile.name, run.name, lv) for lv in levels]
-        if self.opts.server_url or any(1 + len(self.replicates.get(k, [])) >= m.replicates for k in keys):
+        if self.opts.server_url or any(1 + len(self.replicates.get(k, [])) >= m.max_starts for k in keys):
             return None
         firsts = [self.measure(run, lv) for lv in levels]
         spent = self.replicate_spent.get(run.profile.name, 0.0)
         cost = sum(f.result.duration_s for f in firsts) + self.launch_s.get(keys[0][:2], 0.0)
-        if spent + cost > m.replicate_budget_s:
-            left = m.replicate_budget_s - spent
+        if spent + cost > m.start_budget_s:
+            left = m.start_budget_s - spent
             for k in keys:
                 self.replicate_refused[k] = (f"a replicate of c{', c'.join(map(str, levels))} would take "
                                              f"~{cost:.0f} s and the run has {left:.0f} s of its replicate budget "
-                                             f"({m.replicate_budget_s:g} s) left")
+                                             f"({m.start_budget_s:g} s) left")
             return None
         t0 = time.monotonic()
         self.restart(run)
@@ -222,7 +221,7 @@ class Suite(Servers):
         bf, _ = self.baseline(run)
         start = self.on_start.setdefault((run.profile.name, run.name, run.starts), {})
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
-        procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or m.client_procs, level,
+        procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or 1, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
         # the CPU's speed just before a GPU server's level: it moves within a session (by a third, after a run its
         # hypervisor stole from); a CPU server's host is judged by its starts' probes

@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fault-degenerate-output", type=int, default=None, metavar="N",
                    help="from the N-th request on (1: all), every output token is id 0, at the same speed: a kernel "
                         "that returns zeros")
+    s.add_argument("--fault-plateau-drop", type=fraction, default=0.0, metavar="F",
+                   help="past the ceiling, throughput falls with the queue: with as many requests waiting as "
+                        "running it is F lower (a plateau that is not one)")
     s.add_argument("--fault-short-rate", type=fraction, default=0.0, metavar="P",
                    help="requests that finish with finish_reason length but fewer tokens than asked")
     return p

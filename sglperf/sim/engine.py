@@ -71,6 +71,7 @@ class EngineConfig:
     max_queued_requests: int | None = None
     slowdown: float = 1.0  # throughput factor: 0.85 -> every step takes 1/0.85 as long
     prefill_slowdown: float = 0.0  # prefill steps only take (1 + this) as long: a latency regression at equal decode
+    plateau_drop: float = 0.0  # a fault: with a queue as long as the batch, every step takes 1 / (1 - this) as long
     noise_cv: float = 0.0
     seed: int = 0
 
@@ -291,6 +292,8 @@ class Engine:
     def _noisy(self, seconds: float) -> float:
         cfg = self.config
         seconds = seconds * self._run_factor / cfg.slowdown
+        if cfg.plateau_drop and self.running:  # a scheduler whose cost grows with its queue: no plateau past the ceiling
+            seconds /= 1 - cfg.plateau_drop * min(len(self.waiting) / len(self.running), 1.0)
         if cfg.noise_cv > 0:
             seconds *= float(np.clip(self._rng.normal(1.0, cfg.noise_cv), 0.2, 3.0))
         return seconds

@@ -139,7 +139,7 @@ class SimServer:
             init_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             min_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             max_queued_requests=a.max_queued_requests, slowdown=a.slowdown, noise_cv=a.noise_cv,
-            prefill_slowdown=a.prefill_slowdown,
+            prefill_slowdown=a.prefill_slowdown, plateau_drop=a.fault_plateau_drop,
             # the hardware's noise: fresh at every start unless --noise-seed pins it (between-start variance)
             seed=a.noise_seed if a.noise_seed is not None else int.from_bytes(os.urandom(4), "little"),
         )
