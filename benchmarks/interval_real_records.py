@@ -82,7 +82,8 @@ def main() -> None:
             print(f"{name:<28} {e - s:>8.1f} " + " ".join(cells))
     for k, v in agree.items():
         if v:
-            print(f"{k}: the halves agree within their intervals at {sum(v)} of {len(v)} levels ({sum(v) / len(v):.0%})")
+            print(f"{k}: the halves agree within their intervals at {sum(v)} of {len(v)} levels "
+                  f"({sum(v) / len(v):.0%})")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def test_results_carry_labels_excluded_parameters_and_plots(two_runs):
     perf = json.loads(next((tmp / "results1").glob("*-perf.json")).read_text())
     # throughput, latency and goodput (sim-ci has an [slo]) per level
     assert {e["key"] for e in perf} == {f"{kind}.sim-ci.rr24-cds4.c{lv}" for lv in (8, 32)
-                                        for kind in ("throughput", "ttft_mean", "ttft_p99", "tpot_p99", "goodput_tps", "goodput_rps")}
+                                        for kind in ("throughput", "ttft_mean", "ttft_p99", "tpot_p99", "goodput_tps",
+                                                     "goodput_rps")}
 
 
 def test_benchmark_json_has_every_level_with_its_metrics(two_runs):

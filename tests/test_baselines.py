@@ -117,8 +117,8 @@ def test_update_writes_the_diff_and_never_takes_invalid_levels(tmp_path):
     assert set(bf.configs["rr24-cds4"]) == {"8", "16"}, "the invalid level stays out"
     run2 = _run("r2", {8: 950.0})
     (tmp_path / "run2.json").write_text(json.dumps(run2))
-    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "update", "--from", str(tmp_path / "run2.json"),
-                        "--file", str(target)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "update", "--from",
+                        str(tmp_path / "run2.json"), "--file", str(target)], capture_output=True, text=True, timeout=60)
     assert "~ rr24-cds4 c8 sustained_output_tps: 900.0 → 950.0 (+5.6%)" in p.stdout
     assert baselines.load(target).configs["rr24-cds4"]["16"]["sustained_output_tps"].value == 1500.0, "kept"
 

@@ -30,7 +30,8 @@ def test_bench_prints_a_table_and_writes_run_json(start_sim, tmp_path):
     assert doc["schema_version"] == 1 and doc["options"]["levels"] == [4, 16] and doc["status"] == "finished"
     load_run(out_json)  # the suite's own typed document: every reader validates it
     assert bench_engine(doc) == {"engine": "sim", "wire": "sglang", "new_connection_per_request": False,
-                                 "detected": True, "prompt_format": "ids", "negotiated": [], "vocab_range": [1000, 32000]}
+                                 "detected": True, "prompt_format": "ids", "negotiated": [],
+                                 "vocab_range": [1000, 32000]}
     assert "engine: sim (detected), wire sglang, ids prompts" in p.stdout
     for lvl in bench_levels(doc):
         for key in ["concurrency", "sustained_output_tps", "sustained_output_tps_ci95", "sustained_total_tps",

@@ -227,7 +227,8 @@ def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
 
 def test_the_h200_run_whose_cpu_the_hypervisor_took_names_it_at_the_levels_it_slowed():
     """A lent H200 start of 2026-12-01 (tests/data/gpu): p32 c64 read 1,720 tok/s against ~2,410 on other starts,
-    with 1.07 cores stolen; the levels it slowed less read 5-11% below the other starts. Its recorded per-level CPU numbers, put
+    with 1.07 cores stolen; the levels it slowed less read 5-11% below the other starts. Its recorded per-level CPU
+    numbers, put
     back through the rule, name the slowed levels and leave the healthy ones alone."""
     run = load_run(Path(__file__).parent / "data" / "gpu" / "h200-gpu1-llamacpp-steal-run.json")
     named = {}

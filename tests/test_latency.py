@@ -9,7 +9,9 @@ import pytest
 from sglperf.judge import calibration
 from sglperf.store.baselines import Entry
 from sglperf.cli.bench import table
-from sglperf.judge.latency import MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval
+from sglperf.judge.latency import (
+    MIN_FOR_MEAN, ceiling_outcome, check_ceiling, mean_interval, min_requests, percentile_interval,
+)
 from sglperf.measure.metrics import MeasurementPolicy, goodput, level_result
 from sglperf.records import RequestRecord
 from sglperf.sim.calibrate import engine_config

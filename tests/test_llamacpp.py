@@ -64,7 +64,8 @@ def test_a_cuda_build_without_nvcc_or_a_gpu_is_a_clear_error(tmp_path, monkeypat
     with pytest.raises(llamacpp_build.BuildError, match="--cuda needs the CUDA compiler: nvcc"):
         llamacpp_build.build(cuda=True)
     monkeypatch.setattr(llamacpp_build, "_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
-    monkeypatch.setattr(llamacpp_build.shutil, "which", lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
+    monkeypatch.setattr(llamacpp_build.shutil, "which",
+                        lambda name: None if name == "nvidia-smi" else "/usr/bin/" + name)
     with pytest.raises(llamacpp_build.BuildError, match="--cuda needs an NVIDIA GPU: nvidia-smi not found"):
         llamacpp_build.build(cuda=True)
     assert llamacpp_build.server_path(cuda=True) != llamacpp_build.server_path()  # the two builds are cached apart
@@ -106,7 +107,8 @@ def test_one_word_is_one_token(llama):
     try:
         r = requests.post(srv.url + "/tokenize", json={"content": "w1 w2 w300 w1020"}).json()
         assert len(r["tokens"]) == 4
-        assert all(llamacpp_build.FIRST_WORD_ID <= t < llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS for t in r["tokens"])
+        first, words = llamacpp_build.FIRST_WORD_ID, llamacpp_build.N_WORDS
+        assert all(first <= t < first + words for t in r["tokens"])
         props = requests.get(srv.url + "/props").json()
         assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 256
     finally:
@@ -117,7 +119,8 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
     srv = llama()
     engine = engines.get("llamacpp")
     target = Target.for_engine(srv.url, engine)
-    work = Workload(32, 32, vocab_low=llamacpp_build.FIRST_WORD_ID, vocab_high=llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS)
+    work = Workload(32, 32, vocab_low=llamacpp_build.FIRST_WORD_ID,
+                    vocab_high=llamacpp_build.FIRST_WORD_ID + llamacpp_build.N_WORDS)
 
     async def run():
         async def killer():
@@ -126,7 +129,8 @@ def test_kill_9_mid_level_is_an_infrastructure_failure_within_seconds_and_the_ne
 
         k = asyncio.create_task(killer())
         m = await measure_level(target, work, LevelSpec(concurrency=8, max_seconds=60),
-                                MeasurementPolicy(ci_target=0.0001), engine=engine, watch=ServerWatch(crash=srv.crash_reason))
+                                MeasurementPolicy(ci_target=0.0001), engine=engine,
+                                watch=ServerWatch(crash=srv.crash_reason))
         await k
         return m
 
@@ -182,7 +186,9 @@ def test_idle_layers_keep_the_outputs_and_add_a_layers_work_each(tmp_path):
     binary = llamacpp_build.build()
     plain = llamacpp_build.make_model()
     idle = llamacpp_build.make_model(tmp_path / "idle.gguf", idle_layers=2)
-    layers = lambda p: {t.name.split(".")[1] for t in GGUFReader(str(p)).tensors if t.name.startswith("blk.")}
+    def layers(p):
+        return {t.name.split(".")[1] for t in GGUFReader(str(p)).tensors if t.name.startswith("blk.")}
+
     assert len(layers(idle)) == len(layers(plain)) + 2 == llamacpp_build.MODEL_SHAPE[1] + 2
     outputs = []
     for model in (plain, idle):

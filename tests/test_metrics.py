@@ -319,7 +319,8 @@ def test_lag_that_only_blurs_timestamps_is_a_warning_not_invalid():
 
 
 def _h200_window(name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Output tokens per 50 ms inside one level's window on the H200 (tests/data/gpu): times, tokens, window, lifetime."""
+    """Output tokens per 50 ms inside one level's window on the H200 (tests/data/gpu): times, tokens, window,
+    lifetime."""
     path = Path(__file__).parent / "data" / "gpu" / name
     head = [line for line in path.read_text().splitlines() if line.startswith("# window")][0].split()
     t, n = np.loadtxt(path, delimiter=",", skiprows=3, unpack=True)

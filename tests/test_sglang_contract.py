@@ -90,7 +90,8 @@ def test_every_series_the_sglang_adapter_reads_is_one_sglang_exposes(surfaces):
 
 def test_the_counters_sglang_creates_lazily_are_declared_in_its_source():
     _require_sglang()
-    site = subprocess.run([str(sglang_cpu.python()), "-c", "import sglang, os; print(os.path.dirname(sglang.__file__))"],
+    site = subprocess.run([str(sglang_cpu.python()), "-c",
+                           "import sglang, os; print(os.path.dirname(sglang.__file__))"],
                           capture_output=True, text=True, check=True, env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"})
     source = "\n".join(p.read_text(errors="replace") for p in Path(site.stdout.strip()).rglob("*.py")
                        if "metrics" in p.name)

@@ -9,7 +9,9 @@ from sglperf.store.baselines import Entry
 from sglperf.records import Ceiling, LevelResult, Summary
 from sglperf.engines.sglang import predict_ceiling
 from sglperf.judge.noise import Noise
-from sglperf.judge.plateau import PLATEAU_SHARE, check_plateau, decides_plateau_level, plateau_compares, plateau_share, ratio_outcome
+from sglperf.judge.plateau import (
+    PLATEAU_SHARE, check_plateau, decides_plateau_level, plateau_compares, plateau_share, ratio_outcome,
+)
 from sglperf.judge.ab import check_ab
 from sglperf.judge.floor import check_floor, decides_floor
 

@@ -120,7 +120,8 @@ def fmt(x, spec=",.0f") -> str:
 
 def table(results: list[LevelResult]) -> str:
     slo = any(r.slo_met_share is not None for r in results)
-    head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} {'TTFT p50/p99 ms':>17} "
+    head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} "
+            f"{'TTFT p50/p99 ms':>17} "
             f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}"
             f"{' goodput tok/s (met)' if slo else ''}  valid")
     rows = [head, "-" * len(head)]

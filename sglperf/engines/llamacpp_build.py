@@ -44,8 +44,8 @@ def server_path(version: str = LLAMA_CPP_PYTHON, cuda: bool = False) -> Path:
 
 def model_path(shape: tuple[int, int, int] = MODEL_SHAPE, f16: bool = False, seed: int = 0,
                idle_layers: int = 0) -> Path:
-    e, l, f = shape
-    return cache_dir() / "models" / (f"tiny-llama-e{e}-l{l}-f{f}{'-f16' if f16 else ''}{f'-s{seed}' if seed else ''}"
+    e, n, f = shape
+    return cache_dir() / "models" / (f"tiny-llama-e{e}-l{n}-f{f}{'-f16' if f16 else ''}{f'-s{seed}' if seed else ''}"
                                      f"{f'-idle{idle_layers}' if idle_layers else ''}.gguf")
 
 

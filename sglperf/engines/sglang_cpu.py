@@ -25,7 +25,8 @@ from .sglang_model import MODEL, make_model
 
 VERSION = "0.5.23"
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "data" / f"sglang-{VERSION}-cpu.txt"
-STAND_IN = '''"""sglperf's stand-in for SGLang's CPU kernel package (sglang-kernel's CPU build is not on PyPI): every name
+STAND_IN = '''"""sglperf's stand-in for SGLang's CPU kernel package (sglang-kernel's CPU build is not on PyPI): every
+name
 ending in _cpu is a function that raises NotImplementedError; any other name is an AttributeError. Plain serving
 calls none of them; a call means a feature that needs the real kernels (speculative decoding, KV moves)."""
 

@@ -2,7 +2,8 @@
 a server that runs on this host's CPU starts.
 
 Why: a CPU-bound server (llama.cpp or SGLang on the CPU) is as fast as the host it runs on, and the CPU's model name
-does not say how fast that is: VMs of one CPU class read the same SGLang levels 10-30% apart. A floor taken on one of them and judged on another would blame the server for the host. The
+does not say how fast that is: VMs of one CPU class read the same SGLang levels 10-30% apart. A floor taken on one of
+them and judged on another would blame the server for the host. The
 baseline keeps the speed its runs measured (store/baselines.HostSpeed); a host outside that band is a machine the
 baseline never measured, and its floors are not judged there (said in words, never passed or failed).
 """

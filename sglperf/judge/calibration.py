@@ -12,7 +12,10 @@ from .noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_sh
 from .noise import of as noise_of
 from .starts import first_kept, kept_starts
 from ..store.rundoc import RunDoc
-from ..store.baselines import BaselineError, BaselineFile, Entry, PooledNoise, SCHEMA_VERSION, host_speed_note, merge, metric_value, now_iso, pooled_host_speed, runs_host_speed
+from ..store.baselines import (
+    BaselineError, BaselineFile, Entry, PooledNoise, SCHEMA_VERSION, host_speed_note, merge, metric_value, now_iso,
+    pooled_host_speed, runs_host_speed,
+)
 
 
 def calibrated_tolerance(values: list[float], *, floor: float = MIN_TOLERANCE) -> tuple[float, float, float]:
@@ -208,7 +211,8 @@ def restart_note(restart: tuple[float, float] | None) -> str:
 
 def typical_within(rel_se: list[float], cv: float) -> float:
     """The within-run part of a level's run-to-run noise (RMS of its runs' own relative SEs), each SE taken at most
-    the run-to-run CV: one start whose interval was wide (a mode change inside its window) otherwise made the typical start look imprecise, the between-start part small and
+    the run-to-run CV: one start whose interval was wide (a mode change inside its window) otherwise made the
+    typical start look imprecise, the between-start part small and
     the floor tight (tolerance 7.6% -> 4.0% from one such run), where a later run's own wide interval is judged
     beside the floor anyway."""
     return math.sqrt(sum(min(w, cv) ** 2 for w in rel_se) / len(rel_se)) if rel_se else 0.0
@@ -222,7 +226,8 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
     mean and own log-scale spread), the new ones by their values (`run_value`); the levels are then pooled again
     (judge/noise.prior). Healthy runs on hosts a calibration never saw are where its noise is tested: they may lie
     further out than the calibration's hosts said. Each level's note says how far the new runs lie from the old
-    noise (an F test). The host's part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs each); each new host counts."""
+    noise (an F test). The host's part stays the entry's unless the new runs estimate one (2+ hosts with 2+ runs
+    each); each new host counts."""
     notes: list[str] = []
     if {r.profile for r in runs} != {old.profile} or {r.hardware_class for r in runs} != {old.hardware_class}:
         raise BaselineError(f"--extend needs runs of {old.profile} on {old.hardware_class!r}, the baseline's; got "

@@ -6,10 +6,12 @@ A p99 needs at least 368 requests before its interval has an upper end (1 - 0.99
 cannot pass a p99 ceiling: it is inconclusive unless even the lower end is past the ceiling. The TTFT mean has a
 t-interval (at least 30 requests): where TTFT is multi-modal (a request arrives during a run of continuous decode
 steps or between them) its median jumps between modes while the mean moves with every mode's share and length
-(docs/measurement.md). ITL percentiles pool every token's gap; tokens of one request are correlated, so the interval is narrower than it should be: ITL verdicts
+(docs/measurement.md). ITL percentiles pool every token's gap; tokens of one request are correlated, so the
+interval is narrower than it should be: ITL verdicts
 need a margin that the baseline's run-to-run tolerance supplies.
 
-Past the KV ceiling requests queue by design, so TTFT and E2E grow with the level; there the suite judges only TPOT and ITL, the decode-side latencies a driver or kernel
+Past the KV ceiling requests queue by design, so TTFT and E2E grow with the level; there the suite judges only TPOT and
+ITL, the decode-side latencies a driver or kernel
 can move, and records TTFT and E2E as information.
 """
 

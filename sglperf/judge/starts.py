@@ -70,7 +70,8 @@ def another_start(v: FloorVerdict, starts: int, entry: Entry, replicates: int, *
     """Whether a floor needs one more server start, where the profile's `replicates` allow it (the suite stops
     sooner when its budget is spent). Undecided: yes. A regression stands only over all the starts allowed: one
     start reads low often enough on a GPU. A pass before then must clear the floor for all the starts allowed, the
-    highest: a drop that hides in one start's spread is caught by the mean of several, and a healthy level well above its floor still passes at once. The decision at
+    highest: a drop that hides in one start's spread is caught by the mean of several, and a healthy level well
+    above its floor still passes at once. The decision at
     the last start is the floor for that many starts (or check_floor's bound, `last`), so false regressions stay
     at that floor's rate."""
     if starts >= replicates:

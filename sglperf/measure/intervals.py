@@ -98,7 +98,8 @@ def aligned_batches(window: tuple[float, float], batches: int,
     MIN_ALIGNED lifetimes, batches of m whole lifetimes from the window's start, as many as fit, m the whole number
     nearest window / (`batches` x lifetime): one lifetime each up to 15 lifetimes, then 7-14 batches. The smallest m
     giving at most `batches` cut a window just past 10 lifetimes into 5 batches of 2, whose t quantile and lag-1
-    correction widened the interval 2.5-fold at once: a level that ran on read less precise (docs/measurement.md). One lifetime a batch at any length undercovers correlated streams (92.7%)."""
+    correction widened the interval 2.5-fold at once: a level that ran on read less precise (docs/measurement.md).
+    One lifetime a batch at any length undercovers correlated streams (92.7%)."""
     s, e = window
     if whole_lifetimes(window, lifetime) < MIN_ALIGNED:
         return batches, window

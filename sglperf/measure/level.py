@@ -246,7 +246,8 @@ class Checker:
         times, tokens = self.arrivals.arrivals(snap, finished)
         m = self.monitors
         res = level_result(snap, concurrency=self.spec.concurrency, rate=self.spec.rate, isl=self.workload.isl,
-                           osl=self.workload.osl, policy=self.policy, now=now, latencies=False, arrivals=(times, tokens),
+                           osl=self.workload.osl, policy=self.policy, now=now, latencies=False,
+                           arrivals=(times, tokens),
                            samples=LevelSamples(list(m.scraper.samples), list(self.samples()), list(m.host.samples),
                                                 list(m.gpu.samples)))
         self.cpu_s = time.thread_time() - started

@@ -17,7 +17,8 @@ class MeasurementPolicy:
     warmup_completions: int | None = None  # default: the target concurrency (one generation)
     batches: int = 10  # the interval's batches (measure/intervals.py)
     # A window shorter than this many service lifetimes (metrics.service_lifetime) is invalid: it does not hold a
-    # closed loop's whole cycle of prefills and decodes. One from trusted_window_lifetimes may stop a level (converged or decided).
+    # closed loop's whole cycle of prefills and decodes. One from trusted_window_lifetimes may stop a level
+    # (converged or decided).
     min_window_lifetimes: float = 2.0
     trusted_window_lifetimes: float = 3.0
     ci_target: float = 0.01  # CI half-width / sustained, at most

@@ -95,7 +95,8 @@ class NativeGenerate(Wire):
         """completion_tokens of a chunk whose meta_info says finish_reason null and has a field after the count, as
         SGLang writes them (compact JSON): the chunks between a stream's first and last. Anything else (the last
         chunk, an error, an abort, another layout or spacing) is None and goes through parse and chunk, which check
-        it whole; about 0.6 x the cost of parse and chunk (benchmarks/native_chunk_count.py, docs/measurement.md). The price:
+        it whole; about 0.6 x the cost of parse and chunk (benchmarks/native_chunk_count.py, docs/measurement.md).
+        The price:
         an ordinary chunk is not checked to be well-formed JSON, only to carry these three fields."""
         at = data.rfind(self.META)
         if at < 0 or data.find(self.ONGOING, at) < 0:

@@ -142,7 +142,8 @@ def write_environment(d: Path, fingerprint: dict) -> None:
 def write_executor(d: Path) -> None:
     env = os.environ
     if env.get("GITHUB_RUN_ID"):
-        url = f"{env.get('GITHUB_SERVER_URL', '')}/{env.get('GITHUB_REPOSITORY', '')}/actions/runs/{env['GITHUB_RUN_ID']}"
+        url = (f"{env.get('GITHUB_SERVER_URL', '')}/{env.get('GITHUB_REPOSITORY', '')}/actions/runs/"
+               f"{env['GITHUB_RUN_ID']}")
         ex = {"name": "GitHub Actions", "type": "github", "buildName": f"{env.get('GITHUB_WORKFLOW', 'perf')} "
               f"#{env.get('GITHUB_RUN_NUMBER', '?')}", "buildOrder": int(env.get("GITHUB_RUN_NUMBER", "0") or 0),
               "buildUrl": url, "reportUrl": url}

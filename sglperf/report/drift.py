@@ -45,7 +45,7 @@ class ChangePoint:
     runs_after: int
     environment_changes: list[tuple[str, object, object]]
     environment_changed_at: str | None  # the run whose fingerprint differs from the one before it
-    gpu_changes: tuple[str, ...] = ()  # clocks and clock-event reasons that moved with the step (a driver that throttles)
+    gpu_changes: tuple[str, ...] = ()  # clocks and clock-event reasons that moved with the step (a throttling driver)
 
     def describe(self) -> str:
         env = ", ".join(f"{k} {a} → {b}" for k, a, b in self.environment_changes) or "no fingerprint change near it"

@@ -106,7 +106,8 @@ def level_disturbance(t0: float, host: list[HostSample], server: list[ServerSamp
             marked = [g for g in gpus if g.index == idx and g.reasons and g.reasons & ~0x1]
             if marked:
                 g_ax.scatter([g.time - t0 for g in marked], [g.sm_mhz or 0 for g in marked], s=8, color="tab:red",
-                             label=f"GPU {idx} clock event ({', '.join(sorted({n for g in marked for n in _names(g)}))})")
+                             label=f"GPU {idx} clock event "
+                                   f"({', '.join(sorted({n for g in marked for n in _names(g)}))})")
         g_ax.set_ylim(bottom=0)
         g_ax.set_ylabel("SM clock (MHz)")
         p_ax = g_ax.twinx()  # the load the clocks carry: power against its limit

@@ -314,7 +314,8 @@ class Server:
             self._pump.join(5)
         if self._log_file:
             if gpu_s is not None:  # the log says how long teardown waited for the driver
-                self._log_file.write((f"[sglperf] teardown: GPU memory of the server's processes released {gpu_s:.1f} s "
+                self._log_file.write((f"[sglperf] teardown: GPU memory of the server's processes released "
+                                      f"{gpu_s:.1f} s "
                                       f"after they ended\n" if not held else
                                       f"[sglperf] teardown: pids {held} still hold GPU memory after {gpu_s:.0f} s\n"
                                       ).encode())

@@ -150,7 +150,7 @@ class MeasurementSection(Strict):
 
         field = cls.model_fields[key]
         try:
-            return TypeAdapter(Annotated[field.annotation, *field.metadata]).validate_python(value)
+            return TypeAdapter(Annotated.__class_getitem__((field.annotation, *field.metadata))).validate_python(value)
         except ValidationError as e:
             raise UsageError(f"{option} {value}: {e.errors()[0]['msg'].lower()} ({field.description})") from None
 

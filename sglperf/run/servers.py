@@ -192,7 +192,8 @@ class Servers:
             engine.prepare(template)
         # the client's key: SGLPERF_API_KEY, else the one the server is given on its command line (--server-arg)
         given = [v for f, v in zip(template, template[1:]) if f == prof.server.api_key_flag] + [
-            a.split("=", 1)[1] for a in template if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
+            a.split("=", 1)[1] for a in template
+            if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
         api_key = api_key_from_env() or (given[0] if given else None)
         rec = self.recorder(prof)
         # the CPU's speed, before a server whose speed rides on it starts (a remote server's host is not ours to probe)

@@ -118,7 +118,8 @@ class Suite(Servers):
             check_writable(o.allure_dir, "the Allure results directory", "--alluredir")
         if o.update_baselines:
             for pname in self.profile_names():
-                d = Path(o.baseline_file).parent if o.baseline_file else baselines.BASELINE_DIR / self.profile(pname).name
+                d = (Path(o.baseline_file).parent if o.baseline_file
+                     else baselines.BASELINE_DIR / self.profile(pname).name)
                 check_writable(d, "the baselines directory (for --update-baselines)", "--baseline-file")
 
     def check_open_files(self, pnames: set[str]) -> None:

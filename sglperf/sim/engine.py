@@ -292,7 +292,7 @@ class Engine:
     def _noisy(self, seconds: float) -> float:
         cfg = self.config
         seconds = seconds * self._run_factor / cfg.slowdown
-        if cfg.plateau_drop and self.running:  # a scheduler whose cost grows with its queue: no plateau past the ceiling
+        if cfg.plateau_drop and self.running:  # a cost that grows with the queue: no plateau past the ceiling
             seconds /= 1 - cfg.plateau_drop * min(len(self.waiting) / len(self.running), 1.0)
         if cfg.noise_cv > 0:
             seconds *= float(np.clip(self._rng.normal(1.0, cfg.noise_cv), 0.2, 3.0))

@@ -145,7 +145,8 @@ class Routes:
         self.srv, self.a, self.vocab = srv, srv.args, srv.preset.vocab_size
 
     def table(self) -> list[web.RouteDef]:
-        return [web.get("/health", self.health), web.get("/health_generate", self.health), web.get("/ready", self.ready),
+        return [web.get("/health", self.health), web.get("/health_generate", self.health),
+                web.get("/ready", self.ready),
                 web.get("/model_info", self.model_info), web.get("/get_model_info", self.model_info_old),
                 web.get("/server_info", self.server_info), web.get("/get_server_info", self.server_info),
                 web.get("/v1/models", self.models), web.get("/v1/models/{name:.*}", self.model),

@@ -35,7 +35,8 @@ class RunRecorder:
     def __init__(self, reports_dir: Path, profile: str, engine: str, options: dict, run_id: str | None = None,
                  notes: list[str] = (), kind: str = "suite", path: Path | None = None):
         """A suite run's file goes to <reports_dir>/runs/<run-id>.json with its raw records beside it; `path`
-        puts the document elsewhere (sglperf bench --json) and keeps no raw records beside it; a bench run without a path
+        puts the document elsewhere (sglperf bench --json) and keeps no raw records beside it; a bench run without a
+        path
         keeps its document in memory only."""
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id or new_run_id()
