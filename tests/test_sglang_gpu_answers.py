@@ -1,0 +1,61 @@
+"""Real SGLang 0.5.17 on a GPU, from its recorded answers (tests/data/gpu/h100-sglang-0.5.17: one H100, the tiny
+Llama with dummy weights, cap 32 over a 12,288-token pool): the adapter reads its /server_info, /metrics and streamed
+/generate as it reads SGLang 0.5.23 on the CPU, and a suite run of it is judged again by the suite's own loop."""
+
+import json
+from pathlib import Path
+
+from sglperf import engines
+from sglperf.decide import decide
+from sglperf.decide.count import ServerCount
+from sglperf.decide.floor import Floor
+from sglperf.decide.health import RequestHealth
+from sglperf.decide.plateau import Plateau
+from sglperf.decide.replay import RecordedConfig
+from sglperf.measure.wire import NATIVE
+from sglperf.run import profiles
+from sglperf.store.rundoc import load_run
+
+DATA = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17"
+SGLANG = engines.get("sglang")
+
+
+def test_its_server_info_predicts_the_ceiling_the_cap_binds_below_the_pool():
+    info = json.loads((DATA / "server_info.json").read_text())
+    assert info["version"] == "0.5.17"
+    c = SGLANG.ceiling(info, 128, 128)
+    assert (c.kv, c.cap, c.effective, c.binding) == (48, 32, 32, "cap"), "12,288 tokens / 256 a request; cap 32"
+
+
+def test_its_metrics_page_gives_the_series_the_suite_reads():
+    s = SGLANG.parse_metrics((DATA / "metrics.txt").read_text(), 1.0)
+    assert s.max_total_tokens == 12288
+    assert s.decode_tokens_total is not None and s.decode_tokens_total > 0
+    assert s.running is not None and s.queued is not None and s.token_usage is not None
+    assert s.decode_steps_total is not None, "CUDA-graph decode passes: the running count per decode step"
+
+
+def test_its_stream_is_counted_from_meta_info_and_ends_with_its_finish():
+    chunks = [ln[len("data: "):].encode() for ln in (DATA / "generate-stream.txt").read_text().splitlines()
+              if ln.startswith("data: {")]
+    assert len(chunks) > 2
+    counts = [NATIVE.count(c) for c in chunks[:-1]]
+    assert counts == list(range(1, len(chunks))), "one token a chunk, counted without parsing the ids"
+    last = NATIVE.parse(chunks[-1])
+    meta = last["meta_info"]
+    assert meta["finish_reason"] and meta["completion_tokens"] == len(chunks)
+
+
+def test_the_recorded_suite_run_is_judged_again_by_the_suites_own_loop():
+    run = load_run(DATA / "suite-run-rr64.json")
+    ev = RecordedConfig(run, "rr64", None, profiles.load("gpu1-sglang"), source="none")
+    assert run.configs["rr64"].server.flag_check["source"] == "the installed sglang 0.5.17's parser"
+    assert run.configs["rr64"].server.flag_check["problems"] == []
+    for lv in (32, 64):
+        assert decide(RequestHealth(lv), ev).kind == "pass"
+        count = decide(ServerCount(lv), ev)
+        assert count.kind == "pass", count.message
+        assert "ratio 0.9" in count.shown[0]
+        assert decide(Floor(lv), ev).kind == "skip", "no baseline for an H100 yet: shown, never passed"
+    plateau = decide(Plateau((32, 64)), ev)
+    assert plateau.kind == "skip" and "needs two levels at or past it" in plateau.message
