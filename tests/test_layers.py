@@ -16,7 +16,7 @@ REPO = ROOT.parent
 # The floor of each top-level part of the package, from the ground up: a module may import its own floor and the
 # ones below. decide/ sits beside report/, under run/: a claim is settled without the run or pytest.
 LAYERS = {
-    **dict.fromkeys(("records", "categories", "fileio", "redact", "interrupts", "data"), 0),
+    **dict.fromkeys(("records", "categories", "fileio", "redact", "interrupts", "argtypes", "data"), 0),
     **dict.fromkeys(("environment", "engines", "measure"), 1),
     "store": 2,
     "judge": 3,

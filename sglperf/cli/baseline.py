@@ -16,7 +16,7 @@ from ..records import GATED, LATENCY
 from ..categories import UsageError
 from ..store.rundoc import load_run
 from ..fileio import check_file_target
-from .argtypes import fraction
+from ..argtypes import fraction
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
 from ..redact import api_key_from_env
-from .argtypes import fraction, non_negative, positive
+from ..argtypes import fraction, non_negative, positive
 from ..environment.host import open_files_problem
 
 CONFIG = "bench"  # the run document's one config

@@ -154,6 +154,22 @@ class MeasurementSection(Strict):
         except ValidationError as e:
             raise UsageError(f"{option} {value}: {e.errors()[0]['msg'].lower()} ({field.description})") from None
 
+    @staticmethod
+    def argtype(key: str, option: str):
+        return _argtype(key, option)
+
+
+def _argtype(key: str, option: str):
+    """An argparse type for a command-line override of `key`: parsed and checked by the key's own field."""
+    import argparse
+
+    def parse(text: str):
+        try:
+            return MeasurementSection.check(key, text, option)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
 
 def deprecated(line: str) -> None:
     """One line on stderr per old key and process: a run keeps working while its profile is updated."""

@@ -104,6 +104,16 @@ class Suite(Servers):
                                                        + [f"before this run: {c}" for c in self.cleaned])
         return self.recorders[profile.name]
 
+    def order(self, pname: str, cname: str | None, level: int | None, measures: bool) -> tuple:
+        """Where a perf item runs: configs never flip-flop (each config's levels in order, the measuring test first,
+        then its plateau), and a profile's A/B after its configs."""
+        inf = float("inf")
+        rank = {n: i for i, n in enumerate(self.profile_names())}.get(pname, 99)
+        if cname is None:
+            return (rank, inf, inf, 0)
+        cidx = [c.name for c in self.profile(pname).configs].index(cname)
+        return (rank, cidx, inf if level is None else level, 0 if measures else 1)
+
     def record_ab(self, profile: profiles.Profile, doc) -> None:
         """The A/B's verdict into the profile's run file."""
         self.recorder(profile).set_ab(doc)
