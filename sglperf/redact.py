@@ -10,9 +10,11 @@ and blanks every field named like a secret flag.
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from urllib.parse import urlsplit
+import shlex
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 REDACTED = "<redacted>"
 # Flags whose value is a secret: SGLang 0.5.23's (--api-key, --admin-api-key, --ssl-keyfile-password: every flag of
@@ -53,16 +55,52 @@ def env_secrets(env: dict[str, str]) -> list[str]:
     return [v for k, v in env.items() if k in SECRET_ENV and v]
 
 
+# Where a connection string keeps its password: libpq's URI query parameters and keyword/value strings.
+URL_SECRET_PARAMS = ("password", "sslpassword")
+
+
 def url_password(url: str) -> str | None:
+    """The password a connection string carries, decoded: in its userinfo (user:PASSWORD@, an unencoded @ in it
+    included: the host follows the last @), else in a query parameter (?password=), else a libpq keyword
+    (password=...)."""
     try:
-        return urlsplit(url).password or None
+        parts = urlsplit(url)
+        if parts.password:
+            return unquote(parts.password)
+        for key, value in parse_qsl(parts.query, keep_blank_values=False):
+            if key in URL_SECRET_PARAMS and value:
+                return value
     except ValueError:
-        return None
+        pass
+    m = re.search(r"(?:^|\s)(?:%s)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)" % "|".join(URL_SECRET_PARAMS), url)
+    return m.group(1).strip("'") if m else None
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every spelling of a connection string's password that may be printed: decoded and as written."""
+    pw = url_password(url)
+    if not pw:
+        return []
+    written = re.search(r"//[^/]*?:([^/]*)@[^@/]*(?:/|$)", url)
+    return [pw] + ([written.group(1)] if written and written.group(1) != pw else [])
+
+
+def escaped(secret: str) -> list[str]:
+    """The forms a secret takes when a server prints it: as is, in a Python repr (SGLang logs its args so), in JSON,
+    shell-quoted, percent-encoded: each is replaced wherever it appears."""
+    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], shlex.quote(secret),
+             secret.replace("\\", "\\\\")}
+    from urllib.parse import quote
+
+    forms.add(quote(secret, safe=""))
+    return [f for f in forms if f]
 
 
 def secrets() -> list[str]:
-    """Every secret known now, longest first (a secret containing another is replaced whole)."""
-    return sorted(set(env_secrets(dict(os.environ))) | _registered, key=len, reverse=True)
+    """Every secret known now in every escaped form, longest first (a secret containing another is replaced
+    whole)."""
+    known = set(env_secrets(dict(os.environ))) | _registered
+    return sorted({f for s in known for f in escaped(s)}, key=len, reverse=True)
 
 
 def redact(obj, extra: list[str] | None = None):
@@ -101,6 +139,10 @@ def redact_argv(argv: list[str], extra: list[str] | None = None) -> list[str]:
 
 
 def redact_url(url: str) -> str:
-    """A URL with its password (user:PASSWORD@host) replaced."""
-    pw = url_password(url)
-    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1" + REDACTED + "@", url) if pw else url
+    """A connection string with its password replaced wherever it keeps one: user:PASSWORD@host (up to the last
+    @ before the host), ?password=..., or a libpq keyword password=...; and any registered secret."""
+    out = re.sub(r"(//[^/@:]*:)[^/]*@(?=[^@/]*(?:/|$))", r"\1" + REDACTED + "@", url)
+    keys = "|".join(URL_SECRET_PARAMS)
+    out = re.sub(r"([?&](?:%s)=)[^&#]*" % keys, r"\1" + REDACTED, out)
+    out = re.sub(r"((?:^|\s)(?:%s)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)" % keys, r"\1" + REDACTED, out)
+    return redact(out)

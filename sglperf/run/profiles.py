@@ -5,6 +5,7 @@ TOML, validated on load: a malformed file, an unknown key or a bad value is a Pr
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ class ProfileError(UsageError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ServerSection(Strict):
@@ -150,7 +151,10 @@ class MeasurementSection(Strict):
 
         field = cls.model_fields[key]
         try:
-            return TypeAdapter(Annotated.__class_getitem__((field.annotation, *field.metadata))).validate_python(value)
+            out = TypeAdapter(Annotated.__class_getitem__((field.annotation, *field.metadata))).validate_python(value)
+            if isinstance(out, float) and not math.isfinite(out):
+                raise UsageError(f"{option} {value}: input should be a finite number ({field.description})")
+            return out
         except ValidationError as e:
             raise UsageError(f"{option} {value}: {e.errors()[0]['msg'].lower()} ({field.description})") from None
 

@@ -33,7 +33,7 @@ class BaselineError(UsageError):
 
 
 class Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     metric: Metric
     value: float = Field(gt=0)
     tolerance: float = Field(gt=0, lt=1)  # floor = value x (1 - tolerance)
@@ -76,7 +76,7 @@ class PooledNoise(BaseModel):
     """What calibrate pooled the levels' variances toward: s0 (as a CV), how many degrees of freedom that prior is
     worth (1000: the levels agree), over how many levels, and how."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     metric: str
     cv: float = Field(ge=0)
     prior_df: float = Field(ge=0)
@@ -87,14 +87,14 @@ class PooledNoise(BaseModel):
 class HostSpeed(BaseModel):
     """The CPU speed probe of the runs a baseline came from (environment/host_speed.py): geometric mean, the SD of
     its log over the runs, and how many runs."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     score: float = Field(gt=0)
     cv: float | None = Field(None, ge=0)
     runs: int = Field(ge=1)
 
 
 class BaselineFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     schema_version: int
     profile: str
     hardware_class: str

@@ -15,10 +15,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..categories import UsageError
-from ..redact import redact, redact_url, register, url_password
+from ..redact import redact, redact_url, register, url_password, url_secrets
 from .history import record_from_run
 from .rundoc import RunDoc
 
@@ -94,7 +94,7 @@ class DbUrl:
 
 def check_url(url: str, where: str = "--results-db") -> DbUrl:
     """A postgresql:// URL with a host and a database, or a FleetError naming it (its password never shown)."""
-    register(url_password(url))
+    register(*url_secrets(url))
     try:
         parts = urlsplit(url)
         port = parts.port or 5432
@@ -107,7 +107,9 @@ def check_url(url: str, where: str = "--results-db") -> DbUrl:
     if not parts.hostname or not database:
         raise FleetError(f"{where} {redact_url(url)}: needs a host and a database name "
                          f"(postgresql://USER:PASSWORD@HOST:5432/DATABASE)")
-    return DbUrl(url, parts.hostname, port, parts.username, parts.password, database)
+    # decoded, as libpq decodes them: Otava's driver takes them apart from the URL
+    return DbUrl(url, parts.hostname, port, unquote(parts.username) if parts.username else None,
+                 url_password(url), unquote(database))
 
 
 def from_env(value: str | None) -> str | None:

@@ -1,0 +1,61 @@
+"""Secrets in every form a user can write them or a server can print them stay out of everything written: a database
+URL's password in its userinfo (an unencoded @ in it too), in a query parameter or a libpq keyword string, percent-
+encoded or not; a flag's value as a Python repr, JSON or shell quoting print it."""
+
+import pytest
+
+from sglperf import redact as r
+from sglperf.store import fleet
+
+
+@pytest.mark.parametrize("url,shown,password", [
+    ("postgresql://fleet:s3cret@db:5432/sg", "postgresql://fleet:<redacted>@db:5432/sg", "s3cret"),
+    ("postgresql://fleet@db:5432/sg?password=s3cret&sslmode=disable",
+     "postgresql://fleet@db:5432/sg?password=<redacted>&sslmode=disable", "s3cret"),
+    ("postgresql://fleet:pa@ss@db:5432/sg", "postgresql://fleet:<redacted>@db:5432/sg", "pa@ss"),
+    ("postgresql://fleet:p%40ss%2Fw@db/sg", "postgresql://fleet:<redacted>@db/sg", "p@ss/w"),
+    ("host=db dbname=sg user=fleet password='p w'", "host=db dbname=sg user=fleet password=<redacted>", "p w"),
+])
+def test_a_connection_strings_password_is_found_and_hidden_in_every_form(url, shown, password):
+    assert r.url_password(url) == password
+    assert r.redact_url(url) == shown
+
+
+def test_a_registered_url_password_leaves_no_trace_in_any_text_decoded_or_as_written():
+    fleet.check_url("postgresql://fleet:p%40ss-9a@db:5432/sg")
+    text = "connect: postgresql://fleet:p%40ss-9a@db:5432/sg failed for p@ss-9a"
+    assert "p@ss-9a" not in r.redact(text) and "p%40ss-9a" not in r.redact(text)
+
+
+def test_the_fleet_gives_otava_the_decoded_password_as_libpq_would():
+    db = fleet.check_url("postgresql://fle%40et:p%40ss@db:5432/s%2Dg")
+    assert (db.user, db.password, db.database) == ("fle@et", "p@ss", "s-g")
+    assert fleet.check_url("postgresql://fleet@db/sg?password=qq").password == "qq"
+
+
+@pytest.mark.parametrize("printed", ["'api_key': 'KEY\\\\789-x'", '"api_key": "KEY\\\\789-x"', "--api-key 'KEY\\789-x'",
+                                     "api_key=KEY\\789-x"])
+def test_a_secret_with_a_backslash_is_hidden_however_the_server_escapes_it(printed):
+    r.register("KEY\\789-x")
+    assert "789-x" not in r.redact(printed), r.redact(printed)
+
+
+def test_an_infinite_number_is_refused_in_a_baseline_a_profile_and_an_option(tmp_path):
+    """Infinity reads a healthy server as -100% against a floor, and an infinite timeout never ends: refused by name."""
+    import json
+
+    from sglperf.categories import UsageError
+    from sglperf.run import profiles
+    from sglperf.store import baselines
+
+    src = json.loads(sorted(baselines.BASELINE_DIR.glob("sim-ci/*.json"))[0].read_text())
+    entry = src["configs"]["rr24-cds4"]["16"]["sustained_output_tps"]
+    entry["value"] = float("inf")
+    (tmp_path / "b.json").write_text(json.dumps(src))
+    with pytest.raises(baselines.BaselineError, match=r"configs\.rr24-cds4\.16\.sustained_output_tps\.value: Input "
+                                                      r"should be a finite number"):
+        baselines.load(tmp_path / "b.json")
+    with pytest.raises(UsageError, match="--level-max-seconds inf: input should be a finite number"):
+        profiles.MeasurementSection.check("level_max_seconds", "inf", "--level-max-seconds")
+    with pytest.raises(Exception, match="finite number"):
+        profiles.MeasurementSection(request_timeout_s=float("inf"))
