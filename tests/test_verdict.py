@@ -389,3 +389,27 @@ def test_only_a_drop_beyond_what_the_stolen_cpu_explains_is_a_regression_on_a_ho
     assert share([stolen(1640.0, 0.28)]) is None  # a pass is nothing to explain
     busy = "disturbed: other processes used 3.1 cores of 16 during the window"
     assert share([stolen(511.0, 0.28, busy), stolen(497.0, 0.16)]) is None
+
+
+def test_a_level_whose_server_reports_twice_the_tokens_is_invalid_and_its_floor_never_passes():
+    """A proxy doubling completion_tokens while half is generated: the client's 964.9 tok/s against the server's
+    1,929.8. The level is made invalid where it is measured (run/session), so no floor passes on it, no history point
+    is taken and no candidate is written; the count test says why."""
+    from types import SimpleNamespace
+
+    from sglperf.decide import decide
+    from sglperf.decide.count import ServerCount
+    from sglperf.judge.count import check_server_count
+    from sglperf.run.session import _count_checked
+
+    r = dataclasses.replace(lr(16, 964.9), server_output_tps=1929.8, server_ratio=0.5)
+    run = SimpleNamespace(where="sim-ci/rr24-cds4", server_count=lambda x: check_server_count(
+        x, where="sim-ci/rr24-cds4", tolerance=0.02, counts_at_completion=False, cap=24))
+    checked = _count_checked(run, r)
+    assert not checked.valid and "disagree on how many tokens were streamed" in checked.invalid_reasons[-1]
+    assert _count_checked(run, dataclasses.replace(r, server_output_tps=965.0, server_ratio=0.9999)).valid
+    ev = SimpleNamespace(where=run.where, server_count=run.server_count,
+                         measure=lambda lv: SimpleNamespace(result=checked, scrape_source="metrics"))
+    o = decide(ServerCount(16), ev)
+    assert o.kind == "fail" and o.message.startswith("INVALID MEASUREMENT: sim-ci/rr24-cds4 c16: client 964.9 tok/s, "
+                                                     "server 1,929.8")

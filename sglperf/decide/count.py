@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..judge.count import COUNT_WORDS
 from .outcome import Outcome
 from .settle import settle
 
@@ -16,7 +17,8 @@ class ServerCount:
     def decide(self, ev) -> Outcome:
         m = ev.measure(self.level)
         r = m.result
-        if r.incomplete or not r.valid:
+        counted_wrong = any(COUNT_WORDS in x for x in r.invalid_reasons)  # the level is invalid for this claim
+        if r.incomplete or (not r.valid and not counted_wrong):
             return Outcome.skip(f"{ev.where} c{self.level}: no valid measurement to compare (see its floor and health "
                                 f"tests)")
         if r.server_output_tps is None:

@@ -9,6 +9,9 @@ from ..categories import INVALID
 from ..records import LevelResult
 
 
+COUNT_WORDS = "disagree on how many tokens were streamed"
+
+
 @dataclass(frozen=True)
 class CountVerdict:
     """The client's sustained tok/s against the server's own token counter over the same window."""
@@ -54,5 +57,4 @@ def check_server_count(r: LevelResult, *, where: str, tolerance: float, counts_a
             f" over the same window, ratio {r.server_ratio:.4f}, allowed {why}")
     if abs(r.server_ratio - 1) <= tol:
         return CountVerdict("pass", r.server_ratio, tol, text)
-    return CountVerdict("invalid", r.server_ratio, tol, f"{INVALID}: {text}: the client and the server disagree on "
-                                                        f"how many tokens were streamed")
+    return CountVerdict("invalid", r.server_ratio, tol, f"{INVALID}: {text}: the client and the server {COUNT_WORDS}")

@@ -21,7 +21,7 @@ from ..environment.host import open_files_problem
 from ..report import allure as report
 from . import launch as launcher
 from ..fileio import check_writable
-from ..categories import InfraError, UsageError
+from ..categories import INVALID, InfraError, UsageError
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
@@ -249,6 +249,7 @@ class Suite(Servers):
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
             self.level_cpu_speeds.append(cpu)
+        meas.result = _count_checked(run, meas.result)
         start[level] = meas.result
         return meas
 
@@ -386,6 +387,17 @@ class Suite(Servers):
         lines += [f"cleaned up before this run: {c}" for c in self.cleaned]
         lines += [f"INFRASTRUCTURE: could not write: {p}" for p in self.late_problems]
         return lines
+
+
+def _count_checked(run, r: LevelResult) -> LevelResult:
+    """A level whose client and server counts disagree beyond the bound is invalid: its numbers pass no floor, enter
+    no history and make no candidate. A server that over-reports its tokens would otherwise read as a speed-up."""
+    if not r.valid or r.incomplete or r.server_output_tps is None:
+        return r
+    v = run.server_count(r)
+    if v.outcome != "invalid":
+        return r
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
 
 
 def _fmt(x) -> str:
