@@ -38,6 +38,9 @@ class CanaryOutput:
     seconds: float
 
 
+OUTPUT_SAMPLE_EVERY = 8  # one request in 8 keeps its output ids: a few per level at any concurrency
+
+
 @dataclass(frozen=True)
 class RequestRecord:
     index: int
@@ -56,6 +59,9 @@ class RequestRecord:
     cancelled: bool = False  # ended by the client at the end of a level (not an error, not a completion)
     count_source: str = "chunks"  # output tokens from: "usage" (the server's), "chunks", "retokenized"
     server_ttft_s: float | None = None  # the server's own TTFT for this request, where it says (SGLang meta_info)
+    # the output ids of a sampled request (every OUTPUT_SAMPLE_EVERY-th, where the wire's last chunk carries them):
+    # checked as the canary's are, so output that goes wrong under load is seen (run/session)
+    output_ids: tuple[int, ...] | None = None
 
     @property
     def first_token_time(self) -> float | None:

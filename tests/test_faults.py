@@ -345,3 +345,26 @@ def test_servers_bind_loopback_by_default_and_nothing_starts_through_a_shell():
         assert profiles.load(name).server.host == "127.0.0.1"
     src = "".join(p.read_text() for p in (ROOT / "sglperf").rglob("*.py"))
     assert "shell=True" not in src and "os.system(" not in src
+
+
+def test_output_that_goes_wrong_under_load_is_output_degenerate_never_a_pass_history_or_a_candidate(tmp_path):
+    """The simulator returns all-zero ids from its 37th request on, after a clean canary: the levels' sampled outputs
+    (one request in 8 keeps its ids) are judged by the canary's rules, every floor fails OUTPUT DEGENERATE, and the
+    run makes no history point and no candidate baseline."""
+    p, out = suite(tmp_path, "--levels", "8,16", "--server-arg=--fault-degenerate-output=37", "--update-baselines")
+    assert p.returncode == 1, out[-3000:]
+    assert "PASSED" not in out and "test_output_canary" not in out.split("short test summary")[-1], out[-3000:]
+    assert out.count("OUTPUT DEGENERATE: sim-ci/rr24-cds4 c16: output degenerate under load: ") >= 1, out[-3000:]
+    assert "OUTPUT CANARY FAILED: sim-ci: output canary failed (rr24-cds4 c8: degenerate under load" in out
+    assert not (tmp_path / "reports" / "history.jsonl").exists()
+    assert not list((ROOT / "baselines" / "sim-ci").glob("*.candidate*.json"))
+    assert_clean(tmp_path)
+
+
+def test_the_levels_sampled_outputs_are_judged_like_the_canary_and_one_stray_output_is_no_broken_server():
+    from sglperf.judge.canary import CanaryRules, check_under_load
+
+    healthy = [tuple(range(i, i + 16)) for i in range(20)]
+    assert check_under_load(healthy + [(7,) * 16], CanaryRules(), 16) is None, "one stray repetitive output"
+    why = check_under_load(healthy[:4] + [(0,) * 128] * 6, CanaryRules(), 16)
+    assert why.startswith("output degenerate under load: 6 of 10 sampled outputs (their first 16 ids), e.g. all one id")

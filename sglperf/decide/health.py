@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..categories import INFRA, INVALID
+from ..categories import INFRA, INVALID, Category
+from ..judge.canary import UNDER_LOAD
 from .outcome import Outcome
 
 
@@ -33,6 +34,9 @@ def start_failure(where: str, r, log_path: str | None, canary: str | None) -> st
     trusted (invalid), or the output canary failed (`canary`: its words); None when it can be judged."""
     if r.incomplete:
         return f"{INFRA}: {where} c{r.concurrency}: {r.note}. Server log: {log_path}"
+    wrong = [x for x in r.invalid_reasons if x.startswith(UNDER_LOAD)]
+    if wrong:  # fast but wrong, found during the level: the canary's category, not a mere invalid measurement
+        return f"{Category.DEGENERATE.prefix}: {where} c{r.concurrency}: {wrong[0]}. Server log: {log_path}"
     if not r.valid:
         return (f"{INVALID}: {where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
                 + f". Server log: {log_path}")

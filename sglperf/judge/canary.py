@@ -113,3 +113,18 @@ def check_canary(outputs: list[CanaryOutput], rules: CanaryRules, *, vocab: int 
             changed.append(env_diff)  # describe_diff words it: "environment changed since the baseline: ..."
         return CanaryVerdict("changed", tuple(changed), lines)
     return CanaryVerdict("pass", (), lines)
+
+
+UNDER_LOAD = "output degenerate under load"  # the reason a level's outputs give it (decide/health.start_failure)
+
+
+def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length: int) -> str | None:
+    """Why the outputs sampled during a level are degenerate, or None: each output's first `length` ids (the canary's
+    output length) judged as a canary output is, and the level degenerate where at least two of them, and a tenth,
+    are. One stray repetitive output of a healthy model is no broken server; a kernel that goes wrong under load
+    (zeros from some request on) turns most of them."""
+    bad = [why for ids in outputs if (why := degenerate(CanaryOutput(None, None, tuple(ids[:length]), None, 0.0),
+                                                         rules, None))]
+    if len(bad) < max(2, 0.1 * len(outputs)):
+        return None
+    return f"{UNDER_LOAD}: {len(bad)} of {len(outputs)} sampled outputs (their first {length} ids), e.g. {bad[0]}"

@@ -22,7 +22,7 @@ import numpy as np
 from orjson import dumps
 
 from .prompts import Prompt, PromptMaker, Tokenizer
-from ..records import FULL, ClientSample, RequestRecord, Shape
+from ..records import FULL, OUTPUT_SAMPLE_EVERY, ClientSample, RequestRecord, Shape
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
 from .wire import CHAT, NATIVE, Wire, by_name
@@ -125,11 +125,23 @@ def raise_open_files_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+def _output_ids(wire, data: bytes) -> tuple[int, ...] | None:
+    """The output ids a stream's last event carries (SGLang's /generate: all of them), parsed whole; None where the
+    wire's last event has none (an OpenAI stream)."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    ids, _ = wire.answer(obj) if isinstance(obj, dict) else (None, None)
+    return ids
+
+
 class _Progress:
     """Mutable per-request state while the stream is open (the records are immutable)."""
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
-                 "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft")
+                 "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
+                 "output_ids")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -141,6 +153,7 @@ class _Progress:
         self.texts: list[str] | None = [] if keep_text else None  # for re-tokenizing, where the server sends no usage
         self.count_source = "chunks"
         self.server_ttft: float | None = None
+        self.output_ids: tuple[int, ...] | None = None
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -162,7 +175,7 @@ class _Progress:
         return RequestRecord(self.index, self.send, end, self.prompt_tokens, self.max_tokens, tuple(self.times),
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
-                             self.count_source, self.server_ttft)
+                             self.count_source, self.server_ttft, self.output_ids)
 
 
 class LoadGenerator:
@@ -292,6 +305,7 @@ class LoadGenerator:
         assert self._client is not None, "use LoadGenerator as an async context manager"
         wire, prev, done = self.target.wire, 0, False
         times, tokens = p.times, p.tokens
+        sampled, last = p.index % OUTPUT_SAMPLE_EVERY == 0, [b""]  # its last event: the wire's output ids
 
         parse, chunk, fast = wire.parse, wire.chunk, wire.count
 
@@ -299,6 +313,8 @@ class LoadGenerator:
             nonlocal prev, done
             if done:
                 return
+            if sampled and not (len(data) < 10 and data.strip() == b"[DONE]"):
+                last[0] = data
             # an ordinary chunk in the middle of a stream is counted without parsing it (Wire.count)
             count = fast(data) if fast is not None else None
             if count is not None:
@@ -340,6 +356,8 @@ class LoadGenerator:
             p.fail("bad_stream", f"HTTP 200 with Content-Type {answer.content_type or '(none)'}, not an SSE stream: "
                                  f"{answer.head[:200].decode(errors='replace')!r}")
             return
+        if sampled and p.error is None and p.finish is not None:
+            p.output_ids = _output_ids(wire, last[0])
         if p.error is None and p.finish is None:
             p.fail("no_finish", "the stream ended without a finish reason" + ("" if done else " (and no [DONE])"))
         if p.count_source == "chunks":

@@ -29,6 +29,7 @@ from ..redact import argv_secrets, env_secrets, redact, register
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult
 from ..judge import plateau
+from ..judge.canary import UNDER_LOAD, check_under_load
 from ..judge.floor import decides_floor
 
 
@@ -249,7 +250,7 @@ class Suite(Servers):
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
             self.level_cpu_speeds.append(cpu)
-        meas.result = _count_checked(run, meas.result)
+        meas.result = _outputs_checked(run, meas, _count_checked(run, meas.result))
         start[level] = meas.result
         return meas
 
@@ -314,8 +315,9 @@ class Suite(Servers):
                     self.late_problems.append(f"{type(e).__name__}: {e}")
         for rec in self.recorders.values():
             self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
-            if rec.canary_failed():  # fast but wrong: shown in the run file, never history or a baseline
-                self.withheld.append(f"{rec.doc.profile}: output canary failed ({'; '.join(rec.canary_failed())}): "
+            wrong = rec.canary_failed() + _degenerate_levels(rec)
+            if wrong:  # fast but wrong: shown in the run file, never history or a baseline
+                self.withheld.append(f"{rec.doc.profile}: output canary failed ({'; '.join(wrong)}): "
                                      f"this run's numbers are not appended to the history and make no candidate "
                                      f"baseline")
                 continue
@@ -331,7 +333,7 @@ class Suite(Servers):
             self._try(self.write_allure_files)
         if self.opts.update_baselines and not interrupted:
             for name, rec in self.recorders.items():
-                if rec.canary_failed():
+                if rec.canary_failed() or _degenerate_levels(rec):
                     continue
                 self._try(lambda name=name, rec=rec: self.candidates.append(self.write_candidate(name, rec)))
 
@@ -398,6 +400,24 @@ def _count_checked(run, r: LevelResult) -> LevelResult:
     if v.outcome != "invalid":
         return r
     return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
+
+
+def _degenerate_levels(rec: RunRecorder) -> list[str]:
+    """The levels of a run whose outputs went degenerate under load ("config c16: degenerate under load")."""
+    return [f"{cname} c{lv}: degenerate under load" for cname, c in rec.doc.configs.items()
+            for lv, r in c.levels.items() if any(x.startswith(UNDER_LOAD) for x in r.invalid_reasons)]
+
+
+def _outputs_checked(run, meas: LevelMeasurement, r: LevelResult) -> LevelResult:
+    """Output checked during the level, not only before it: the ids of the sampled requests (records.
+    OUTPUT_SAMPLE_EVERY), judged by the canary's rules. A level whose outputs went degenerate is invalid in the canary's
+    words: never a pass, a history point or a candidate, and its run is withheld as a failed canary's is."""
+    c = run.profile.canary
+    outputs = [rec.output_ids for rec in meas.records if rec.output_ids and not rec.error]
+    why = check_under_load(outputs, c.rules(), c.output_len) if c.enabled and outputs else None
+    if why is None:
+        return r
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))
 
 
 def _fmt(x) -> str:
