@@ -126,6 +126,19 @@ def test_a_hang_is_caught_by_the_stall_timeout_not_a_global_timeout(tmp_path):
     assert_clean(tmp_path)
 
 
+def test_a_hang_right_after_start_is_found_by_the_canary_within_the_stall_timeout_and_nothing_more_is_asked(tmp_path):
+    """The server stops answering 0.3 s after /health is ready: the canary's request gets the stall timeout (10 s on
+    sim-ci), not the request timeout (120 s), and every level fails at once naming the hang (was 262 s)."""
+    t0 = time.monotonic()
+    p, out = suite(tmp_path, "--levels", "8,16", "--server-arg=--fault-hang-after=0.3")
+    took = time.monotonic() - t0
+    assert p.returncode == 1 and took < 45, (took, out[-2000:])
+    assert out.count("INFRASTRUCTURE: server stalled: no answer to the output canary's 16 greedy tokens within the "
+                     "stall timeout (10 s); nothing more is asked of it") >= 3, out[-3000:]
+    assert "PASSED" not in out
+    assert_clean(tmp_path)
+
+
 def test_a_hang_near_the_level_end_is_infrastructure_never_a_throughput_number(tmp_path):
     """The level's time limit fires before the stall timeout: the drain still watches for the stall, so the level
     ends INFRASTRUCTURE with the server log, no floor decided on the window before the hang, no history value (and,

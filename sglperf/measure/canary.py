@@ -20,6 +20,10 @@ from .client import Target, Workload
 from .prompts import Prompt
 
 
+class CanaryStalled(InfraError):
+    """The server did not answer a canary request within its timeout (the stall timeout): it is hung."""
+
+
 def _events(sse: str) -> list[dict]:
     """The JSON objects of an SSE answer (a server that streams though asked not to)."""
     out = []
@@ -49,6 +53,8 @@ def run_canary(target: Target, workload: Workload, prompts: list[list[int]] | No
         try:
             r = requests.post(target.url + wire.path, json=body, headers=auth_headers(target.api_key),
                               timeout=timeout)
+        except requests.Timeout as e:
+            raise CanaryStalled(f"output canary: POST {wire.path}: no answer within {timeout:g} s ({e})") from None
         except requests.RequestException as e:
             raise InfraError(f"output canary: POST {wire.path} failed: {type(e).__name__}: {e}") from None
         if r.status_code != 200:

@@ -19,7 +19,7 @@ from ..environment import fingerprint, gpu, host_speed
 from . import launch as launcher
 from ..decide.health import canary_words, start_failure
 from ..categories import InfraError, UsageError
-from ..measure.canary import run_canary
+from ..measure.canary import CanaryStalled, run_canary
 from ..measure.client import Target, Workload
 from ..measure.level import LevelMeasurement
 from ..measure.negotiate import connect, vocabulary_problem
@@ -57,6 +57,7 @@ class ConfigRun:
     canary_error: str | None = None  # why the canary could not be taken
     canary_verdict: "CanaryVerdict | None" = None
     canary_skip: str | None = None  # why this config has no canary
+    hung: str | None = None  # why this server is known hung: nothing more is asked of it
 
     @property
     def where(self) -> str:
@@ -281,11 +282,17 @@ class Servers:
                 run.canary_skip = "the profile sends text and names no tokenizer: give [canary] texts"
                 return False
             ids, texts = None, [w.tokenizer.decode(p) for p in ids]
-        try:
+        m = run.profile.measurement
+        try:  # a few greedy tokens: a server silent for the stall timeout is hung, not slow
             run.canary = run_canary(run.target, w, ids, texts, c.output_len,
-                                    timeout=run.profile.measurement.request_timeout_s)
+                                    timeout=min(m.request_timeout_s, m.stall_timeout_s))
         except InfraError as e:
             run.canary_error = str(e)
+            if isinstance(e, CanaryStalled):
+                run.hung = (f"server stalled: no answer to the output canary's {c.output_len} greedy tokens within "
+                            f"the stall timeout ({m.stall_timeout_s:g} s); nothing more is asked of it. Server log: "
+                            f"{run.log_path}")
+                run.canary_error = run.hung
             return False
         bf, _ = self.baseline(run)
         expected = bf.canary.get(run.name) if bf else None

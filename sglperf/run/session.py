@@ -223,7 +223,7 @@ class Suite(Servers):
 
     def _measure(self, run: ConfigRun, level: int) -> LevelMeasurement:
         key = (run.profile.name, run.name, level)
-        dead = run.server.crash_reason()
+        dead = run.server.crash_reason() or run.hung
         if dead:
             raise InfraError(dead)
         m = run.profile.measurement
