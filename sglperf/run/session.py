@@ -123,8 +123,11 @@ class Suite(Servers):
         """Every place this run will write is writable now, not after an hour of measuring."""
         o = self.opts
         check_writable(o.reports_dir / "runs", f"the reports directory {o.reports_dir}", "--reports-dir")
-        check_writable(Path(o.history_file or history.default_path(o.reports_dir)).parent,
-                       "the history file's directory", "--history-file")
+        hist = Path(o.history_file or history.default_path(o.reports_dir))
+        if hist.is_dir():
+            raise UsageError(f"--history-file {hist} is a directory; give the JSONL file to append to (e.g. "
+                             f"{hist / 'history.jsonl'})")
+        check_writable(hist.parent, "the history file's directory", "--history-file")
         if o.allure_dir is not None:
             check_writable(o.allure_dir, "the Allure results directory", "--alluredir")
         if o.update_baselines:

@@ -1,6 +1,7 @@
-"""Secrets in every form a user can write them or a server can print them stay out of everything written: a database
+"""Bad input, round 4. Secrets in every form a user can write them or a server can print them stay out of everything written: a database
 URL's password in its userinfo (an unencoded @ in it too), in a query parameter or a libpq keyword string, percent-
-encoded or not; a flag's value as a Python repr, JSON or shell quoting print it."""
+encoded or not; a flag's value as a Python repr, JSON or shell quoting print it. Infinite numbers and a history
+file that is a directory are usage errors before anything runs."""
 
 import pytest
 
@@ -59,3 +60,13 @@ def test_an_infinite_number_is_refused_in_a_baseline_a_profile_and_an_option(tmp
         profiles.MeasurementSection.check("level_max_seconds", "inf", "--level-max-seconds")
     with pytest.raises(Exception, match="finite number"):
         profiles.MeasurementSection(request_timeout_s=float("inf"))
+
+
+def test_a_history_file_that_is_a_directory_is_a_usage_error_before_anything_runs(tmp_path):
+    from sglperf.categories import UsageError
+    from sglperf.run.options import SuiteOptions
+    from sglperf.run.session import Suite
+
+    suite = Suite(SuiteOptions(reports_dir=tmp_path / "reports", history_file=str(tmp_path)))
+    with pytest.raises(UsageError, match=r"--history-file .* is a directory; give the JSONL file"):
+        suite.check_outputs()
