@@ -1,7 +1,7 @@
-"""Bad input, round 4. Secrets in every form a user can write them or a server can print them stay out of everything written: a database
-URL's password in its userinfo (an unencoded @ in it too), in a query parameter or a libpq keyword string, percent-
-encoded or not; a flag's value as a Python repr, JSON or shell quoting print it. Infinite numbers and a history
-file that is a directory are usage errors before anything runs."""
+"""Bad input, round 4. Secrets in every form a user can write them or a server can print them stay out of
+everything written: a database URL's password in its userinfo (an unencoded @ in it too), in a query parameter or a
+libpq keyword string, percent-encoded or not; a flag's value as a Python repr, JSON or shell quoting print it.
+Infinite numbers and a history file that is a directory are usage errors before anything runs."""
 
 import pytest
 
