@@ -11,4 +11,4 @@ def test_config_ab(perf_profile, perf_session, request):
     prof = perf_session.profile(perf_profile)
     if allure_on(request.config):
         report.label_ab(prof)
-    settle(decide(AB(prof.name), perf_session), attach="A/B per level", request=request)
+    settle(decide(AB(perf_profile), perf_session), attach="A/B per level", request=request)

@@ -20,7 +20,7 @@ class AB:
     """The tuned config is not worse than the base config at any level, and gains where the base config's cap
     binds. `ev` is the session: both configs' servers, their levels and their starts."""
 
-    profile: str
+    profile: str  # the profile as the session names it: its name or the path it was given
 
     def decide(self, ev) -> Outcome:
         prof = ev.profile(self.profile)
