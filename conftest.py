@@ -3,4 +3,5 @@ the `pytest11` entry point `sglperf`); nothing else."""
 
 import sys
 
-pytest_plugins = [] if "fixtures.plugin" in sys.modules else ["fixtures.plugin"]
+# installed, the entry point has loaded it as sglperf_pytest.plugin before this file is read
+pytest_plugins = [] if {"sglperf_pytest.plugin", "fixtures.plugin"} & set(sys.modules) else ["fixtures.plugin"]

@@ -231,3 +231,20 @@ def test_a_planted_story_is_found(tmp_path):
     (tmp_path / "sglperf").mkdir()
     (tmp_path / "sglperf" / "x.py").write_text("# on a 2-core Intel Xeon VM (2026-12-03) c8 read ±30%\n")
     assert stories(tmp_path)
+
+
+def test_the_pytest_layer_installs_under_a_name_of_its_own_and_the_entry_point_keeps_its_name():
+    """fixtures/ stays where the design card puts it, installed as sglperf_pytest: a top-level `fixtures` package
+    would clash with a well-known one on the package index. The pytest11 entry point is still `sglperf`."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["entry-points"]["pytest11"] == {"sglperf": "sglperf_pytest.plugin"}
+    tool = project["tool"]["setuptools"]
+    assert tool["package-dir"] == {"sglperf_pytest": "fixtures"} and "fixtures" not in tool["packages"]
+    assert {p for p in tool["packages"] if p.startswith("sglperf.")} == {
+        f"sglperf.{d.name}" for d in ROOT.iterdir() if (d / "__init__.py").exists()}
