@@ -49,3 +49,36 @@ def test_a_metrics_endpoint_that_starts_failing_is_counted_with_the_servers_word
 def test_a_server_that_exposes_no_metrics_is_not_a_failing_one():
     s = scrape(web.Application(), "openai")
     assert s.samples == [] and s.source is None and s.errors == 0
+
+
+def test_a_page_of_other_series_is_read_only_for_the_engines_own_lines_with_the_same_sample():
+    """A real SGLang 0.5.17 page with 4 MB of other, valid series appended: the engine's lines alone give the same
+    sample (the prefilter keeps the parser off the rest)."""
+    from pathlib import Path
+
+    from sglperf import engines
+    from sglperf.sim.routes import _padding
+
+    real = (Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17" / "metrics.txt").read_text()
+    e = engines.get("sglang")
+    assert e.parse_metrics(real + _padding(4), 1.0) == e.parse_metrics(real, 1.0)
+    assert len(e.own_lines(real + _padding(4))) <= len(real) + 1
+
+
+def test_a_large_metrics_page_is_named_as_the_servers_and_costs_the_load_nothing(start_sim, tmp_path):
+    """The simulator with 5 MB of other series on its /metrics page: the level stays valid, its count agrees, and its
+    warnings name the page's size and parse time (it was blamed on the client's event loop, -78%)."""
+    import json
+    import subprocess
+    import sys
+
+    srv = start_sim("--enable-metrics", "--fault-metrics-padding", "5")
+    out = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "16", "--isl", "32",
+                        "--osl", "32", "--max-seconds", "12", "--json", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    lv = json.loads(out.read_text())["configs"]["bench"]["levels"]["16"]
+    assert lv["valid"] and abs(lv["server_ratio"] - 1) < 0.02, lv["invalid_reasons"]
+    assert any(w.startswith("the server's /metrics page is 5.") and "off the load generator's loop" in w
+               for w in lv["warnings"]), lv["warnings"]

@@ -191,7 +191,7 @@ class Engine:
         if not self.series:
             return None
         acc: dict[str, list[float]] = {}
-        for fam in text_string_to_metric_families(text):
+        for fam in text_string_to_metric_families(self.own_lines(text)):
             for key, spec in self.series.items():
                 for s in fam.samples:
                     if spec.matches(s.name, s.labels) and math.isfinite(s.value) and s.value >= 0:
@@ -200,6 +200,15 @@ class Engine:
             return None
         values = {k: (sum(v) / len(v) if self.series[k].combine == "mean" else sum(v)) for k, v in acc.items()}
         return self.sample_from(values, t)
+
+    def own_lines(self, text: str) -> str:
+        """Only the lines of this engine's series (and their # HELP / # TYPE): a page of many other metrics (a
+        large deployment's, an exporter's) is not parsed sample by sample. A name without a namespace keeps all."""
+        spaces = {spec.sample.split(":")[0] + ":" for spec in self.series.values() if ":" in spec.sample}
+        if not spaces or any(":" not in spec.sample for spec in self.series.values()):
+            return text
+        keep = tuple(spaces) + tuple(f"# {kind} {sp}" for sp in spaces for kind in ("HELP", "TYPE"))
+        return "\n".join(ln for ln in text.splitlines() if ln.startswith(keep)) + "\n"
 
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
         """The sample from this engine's series, by ServerSample field; engines that expose a field only as a

@@ -410,6 +410,8 @@ def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decisi
         result = replace(result, valid=False, invalid_reasons=result.invalid_reasons + faults, gpu_faults=faults)
     if m.scraper.errors:
         warnings += (scrape_warning(m.scraper, result),)
+    if m.scraper.page_words():
+        warnings += (m.scraper.page_words(),)
     result = replace(result, connection_retries=gen.connection_retries, client_procs=procs, warnings=warnings,
                      scrape_errors=m.scraper.errors, scrape_last_error=m.scraper.last_error)
     return LevelMeasurement(result, records, m.scraper.samples, client_samples, m.scraper.source, stop.reason,

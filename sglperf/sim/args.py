@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fault-plateau-drop", type=fraction, default=0.0, metavar="F",
                    help="past the ceiling, throughput falls with the queue: with as many requests waiting as "
                         "running it is F lower (a plateau that is not one)")
+    s.add_argument("--fault-metrics-padding", type=non_negative, default=0.0, metavar="MB",
+                   help="/metrics carries about MB megabytes of other, valid series (a large exporter's page)")
     s.add_argument("--fault-short-rate", type=fraction, default=0.0, metavar="P",
                    help="requests that finish with finish_reason length but fewer tokens than asked")
     return p

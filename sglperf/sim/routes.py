@@ -266,7 +266,10 @@ class Routes:
         if srv.metrics is None:
             return web.json_response({"detail": "Not Found"}, status=404)
         srv.update_gauges()
-        return web.Response(body=srv.metrics.text(), headers={"Content-Type": "text/plain; version=0.0.4"})
+        body = srv.metrics.text()
+        if srv.args.fault_metrics_padding:  # a fault: megabytes of other, valid series on the same page
+            body = (body.decode() if isinstance(body, bytes) else body) + _padding(srv.args.fault_metrics_padding)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     # ------------------------------------------------------------------ generation
     def _refuse_new(self) -> web.Response | None:
@@ -433,3 +436,12 @@ def build_app(srv: SimServer) -> web.Application:
     app = web.Application(middlewares=[routes.auth], client_max_size=64 * 1024 * 1024)
     app.add_routes(routes.table())
     return app
+
+
+def _padding(mb: float) -> str:
+    """About `mb` MB of valid Prometheus text in series no engine reads (an exporter's, a large deployment's)."""
+    family = "".join(f'other_series{{shard="{j}"}} {j}.0\n' for j in range(100))
+    per = len(family) + 64
+    return "".join(f"# HELP other_series_{i} padding\n# TYPE other_series_{i} gauge\n"
+                   + family.replace("other_series{", f"other_series_{i}{{")
+                   for i in range(max(1, int(mb * 2**20 / per))))
