@@ -318,6 +318,7 @@ class Suite(Servers):
                     self.late_problems.append(f"{type(e).__name__}: {e}")
         for rec in self.recorders.values():
             self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
+            self.late_problems += [f"{path}: {why}" for path, why in rec.unwritten.items()]
             wrong = rec.canary_failed() + _degenerate_levels(rec)
             if wrong:  # fast but wrong: shown in the run file, never history or a baseline
                 self.withheld.append(f"{rec.doc.profile}: output canary failed ({'; '.join(wrong)}): "

@@ -36,13 +36,14 @@ class RunRecorder:
                  notes: list[str] = (), kind: str = "suite", path: Path | None = None):
         """A suite run's file goes to <reports_dir>/runs/<run-id>.json with its raw records beside it; `path`
         puts the document elsewhere (sglperf bench --json) and keeps no raw records beside it; a bench run without a
-        path
-        keeps its document in memory only."""
+        path keeps its document in memory only. A write that fails (a full disk) never stops the run: what it
+        could not write is kept in `unwritten`, in words naming the file, and the document stays in memory."""
         self.reports_dir = Path(reports_dir)
         self.run_id = run_id or new_run_id()
         bench = kind == "bench"
         self.path = Path(path) if path else None if bench else self.reports_dir / "runs" / f"{self.run_id}.json"
         self.raw_dir = None if path or bench else self.reports_dir / "runs" / self.run_id
+        self.unwritten: dict[str, str] = {}  # path -> why it could not be written
         self.doc = RunDoc(run_id=self.run_id, kind=kind, profile=profile, engine=engine, sglperf_version=__version__,
                           started=now_iso(), options=redact(options), notes=list(notes), pid=os.getpid(),
                           host=socket.gethostname(),
@@ -85,13 +86,7 @@ class RunRecorder:
 
     def add_level(self, config: str, level: int | str, result: LevelResult, records, server_samples,
                   stop_reason: str, scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> None:
-        files = {}
-        if self.raw_dir is not None:
-            self.raw_dir.mkdir(parents=True, exist_ok=True)
-            rec = write_jsonl(self.raw_dir / f"{config}-c{level}.records.jsonl.gz", records)
-            samp = write_jsonl(self.raw_dir / f"{config}-c{level}.server.jsonl.gz", server_samples)
-            files = dict(records_file=str(rec.relative_to(self.reports_dir)),
-                         server_samples_file=str(samp.relative_to(self.reports_dir)))
+        files = self._raw(f"{config}-c{level}", records, server_samples)
         self.config(config).levels[str(level)] = LevelDoc(
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files)
         self.flush()
@@ -101,28 +96,50 @@ class RunRecorder:
         """The level measured again after a server restart: kept beside its first start, with the reason."""
         c = self.config(config)
         n = len(c.replicates.get(str(level), [])) + 2
-        files = {}
-        if self.raw_dir is not None:
-            self.raw_dir.mkdir(parents=True, exist_ok=True)
-            stem = f"{config}-c{level}-start{n}"
-            rec = write_jsonl(self.raw_dir / f"{stem}.records.jsonl.gz", records)
-            samp = write_jsonl(self.raw_dir / f"{stem}.server.jsonl.gz", server_samples)
-            files = dict(records_file=str(rec.relative_to(self.reports_dir)),
-                         server_samples_file=str(samp.relative_to(self.reports_dir)))
+        files = self._raw(f"{config}-c{level}-start{n}", records, server_samples)
         c.replicates.setdefault(str(level), []).append(LevelDoc(
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files))
         c.replicate_reasons[str(level)] = redact(why)
         self.flush()
 
+    def _raw(self, stem: str, records, server_samples) -> dict:
+        """A level's raw records and server samples beside the run file, where they can be written."""
+        if self.raw_dir is None:
+            return {}
+        files = {}
+        for key, name, rows in (("records_file", f"{stem}.records.jsonl.gz", records),
+                                ("server_samples_file", f"{stem}.server.jsonl.gz", server_samples)):
+            path = self._try(self.raw_dir / name, lambda path=self.raw_dir / name, rows=rows: (
+                self.raw_dir.mkdir(parents=True, exist_ok=True), write_jsonl(path, rows))[1])
+            if path is not None:
+                files[key] = str(path.relative_to(self.reports_dir))
+        return files
+
+    def _try(self, path: Path, write):
+        try:
+            out = write()
+        except OSError as e:
+            self.unwritten[str(path)] = f"{e.strerror or type(e).__name__}" + (f" ({e.errno})" if e.errno else "")
+            return None
+        self.unwritten.pop(str(path), None)  # written after all (space freed): nothing lost
+        return out
+
     def flush(self) -> None:
         if self.path is None:
             return
-        atomic_write_json(self.path, redact(self.doc.model_dump(mode="json")))
+        self._try(self.path, lambda: atomic_write_json(self.path, redact(self.doc.model_dump(mode="json"))))
 
     def finish(self, status: str, complete: bool) -> Path:
+        """Closed as `status`, or as "failed" where anything of it could not be written (what was measured is kept
+        in the file where the file itself fits)."""
         self.doc.finished = now_iso()
         self.doc.status, self.doc.complete = status, complete
-        self.flush()
+        if not self.unwritten:
+            self.flush()
+        if self.unwritten:  # what it could not write, in the file itself where the file still fits
+            self.doc.status, self.doc.complete = "failed", False
+            self.doc.notes.append("could not write: " + "; ".join(f"{p}: {w}" for p, w in self.unwritten.items()))
+            self.flush()
         return self.path
 
 

@@ -144,7 +144,7 @@ class RunDoc(Strict):
     started: str
     finished: str | None = None
     complete: bool = False
-    status: Literal["running", "finished", "interrupted", "abandoned"] = "running"
+    status: Literal["running", "finished", "interrupted", "abandoned", "failed"] = "running"
     pid: int | None = None  # the process writing it: a "running" file whose writer is gone is "abandoned"
     host: str | None = None
     options: dict[str, Any] = {}
