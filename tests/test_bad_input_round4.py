@@ -111,3 +111,32 @@ def test_a_recorder_that_cannot_write_keeps_the_run_in_memory_and_closes_it_as_f
     rec.finish("finished", True)
     assert rec.doc.status == "failed" and not rec.doc.complete
     assert rec.unwritten == {str(rec.path): "No space left on device (28)"}
+
+
+def test_the_shm_files_of_a_run_killed_with_9_are_removed_by_the_next_runs_clean_up(tmp_path):
+    """SGLang leaves /dev/shm/sglang_loads_*.shm; a run killed with -9 cannot remove them. Its server's registry entry
+    lists what the server held once ready, and the next run's clean-up removes them once that server is gone."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from sglperf.run import launch
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shm = f"/dev/shm/sglang_loads_sglperf-test-{os.getpid()}_{tmp_path.name[-6:]}.shm"
+    open(shm, "wb").close()
+    registry = tmp_path / ".servers"
+    registry.mkdir()
+    (registry / f"{dead.pid}.json").write_text(json.dumps({
+        "pid": dead.pid, "pgid": dead.pid, "create_time": 1.0, "owner_pid": dead.pid, "owner_create_time": 1.0,
+        "name": "cpu-sglang-rr4", "argv": ["sglang"], "log": "x.log", "started": "t", "shm": [shm, "/etc/passwd"]}))
+    try:
+        found = launch.reap_leftovers(registry)
+    finally:
+        if os.path.exists(shm):
+            os.unlink(shm)
+            pytest.fail("the dead run's shm file was left")
+    assert any(f"removed what server 'cpu-sglang-rr4' of a dead run left in /dev/shm: {shm}" == x for x in found)
+    assert os.path.exists("/etc/passwd") and not list(registry.iterdir())

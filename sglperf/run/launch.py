@@ -128,8 +128,23 @@ def reap_leftovers(registry: Path) -> list[str]:
                     break
             found.append(f"ended server {e.get('name')!r} (pid {pid}, started {e.get('started')} by pid "
                          f"{e.get('owner_pid')}, which is gone): {' '.join(e.get('argv') or [])[:200]}")
+        if not _alive([p.pid for p in psutil.process_iter() if _in_group(p.pid, pgid)]):
+            removed = remove_left_shm({x for x in e.get("shm") or [] if str(x).startswith(SHM)})
+            if removed:
+                found.append(f"removed what server {e.get('name')!r} of a dead run left in /dev/shm: "
+                             f"{', '.join(removed)}")
         path.unlink(missing_ok=True)
     return found
+
+
+def _note_shm(registered: Path | None, shm: set[str]) -> None:
+    """The /dev/shm files the server holds once ready, in its registry entry: a run killed with -9 cannot remove
+    them, the next one's reap_leftovers does."""
+    if registered is None or not shm:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        entry = json.loads(registered.read_text())
+        atomic_write_json(registered, {**entry, "shm": sorted(shm)})
 
 
 def _in_group(pid: int, pgid: int) -> bool:
@@ -449,6 +464,7 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
                 r = session.get(url + spec.ready_path, timeout=5)
                 if r.status_code == 200:
                     server.shm |= shm_files(server.tree_pids())
+                    _note_shm(server._registered, server.shm)
                     return server
             except requests.RequestException:
                 pass
