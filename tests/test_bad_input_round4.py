@@ -140,3 +140,18 @@ def test_the_shm_files_of_a_run_killed_with_9_are_removed_by_the_next_runs_clean
             pytest.fail("the dead run's shm file was left")
     assert any(f"removed what server 'cpu-sglang-rr4' of a dead run left in /dev/shm: {shm}" == x for x in found)
     assert os.path.exists("/etc/passwd") and not list(registry.iterdir())
+
+
+def test_an_empty_canary_answer_is_degenerate_and_a_short_output_gets_no_ignore_eos_hint():
+    from sglperf.judge.canary import CanaryRules, check_canary
+    from sglperf.measure.level import explain_failures
+    from sglperf.records import CanaryOutput, RequestRecord
+
+    empty = [CanaryOutput((5, 6), None, (), None, 0.1)]
+    assert check_canary(empty, CanaryRules(), vocab=100, expected=[[1, 2]]).outcome == "degenerate"
+    short = RequestRecord(0, 0.0, 1.0, 16, 16, error="short_output",
+                          error_detail="3 tokens generated, 16 asked (ignore_eos)")
+    assert "hint" not in explain_failures([short])
+    refused = RequestRecord(0, 0.0, 1.0, 16, 16, error="http_status", http_status=422,
+                            error_detail="HTTP 422: {\"detail\":\"Unexpected fields in the request: {'ignore_eos'}\"}")
+    assert "hint: the server refuses ignore_eos" in explain_failures([refused])

@@ -55,7 +55,7 @@ def quote(ids: tuple | None, n: int = 16, unit: str = "ids") -> str:
 def degenerate(out: CanaryOutput, rules: CanaryRules, vocab: int | None) -> str | None:
     """Why one output is degenerate, or None: empty, one id repeated, all one id, an id outside the vocabulary."""
     ids = out.output_ids
-    if out.text is not None and not out.text.strip() and not ids:
+    if not ids and not (out.text or "").strip():  # nothing came back: degenerate, whatever the wire gives
         return "empty output (no text, no ids)"
     if out.text is not None and not out.text.strip():
         return f"empty text for {quote(ids)}"

@@ -94,7 +94,9 @@ BURST_MIN = 20  # later in a level: more than half of the last max(20, 2C) reque
 HINTS = (
     (("prompt must be a string", "valid string", "must be str"),
      "the server takes text prompts only: --prompt-format text --tokenizer PATH"),
-    (("ignore_eos",), "the server refuses ignore_eos: --engine openai lets sglperf find out what it accepts"),
+    # the field named as servers name a refused one (quoted), not the short-output words "(ignore_eos)"
+    (("'ignore_eos'", '"ignore_eos"'), "the server refuses ignore_eos: --engine openai lets sglperf find out what it "
+                                       "accepts"),
     (("continuous_usage_stats", "stream_options"), "the server refuses stream_options: --engine openai lets sglperf "
                                                    "find out what it accepts"),
     (("HTTP 401", "HTTP 403"), "is SGLPERF_API_KEY set, and right?"),
