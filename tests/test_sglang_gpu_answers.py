@@ -59,3 +59,21 @@ def test_the_recorded_suite_run_is_judged_again_by_the_suites_own_loop():
         assert decide(Floor(lv), ev).kind == "skip", "no baseline for an H100 yet: shown, never passed"
     plateau = decide(Plateau((32, 64)), ev)
     assert plateau.kind == "skip" and "needs two levels at or past it" in plateau.message
+
+
+def test_the_gpu1_sglang_profiles_flags_are_all_sglang_0_5_17_flags_and_the_glm5_profiles_0_5_23_flags():
+    """The flag check uses the installed SGLang's parser: gpu1-sglang's flags must hold for 0.5.17 (the GPU hosts'),
+    glm5-nvfp4-tp8's for 0.5.23 (the Blackwell runner's). 0.5.17's list was read from its own parser."""
+    from sglperf.engines import sglang
+
+    v17 = {ln.strip() for ln in (Path(sglang.__file__).parent.parent / "data" / "sglang-0.5.17-flags.txt")
+           .read_text().splitlines() if ln.startswith("--")}
+    assert len(v17) > 400
+    prof = profiles.load("gpu1-sglang")
+    for c in prof.configs:
+        assert sglang.check_flags(prof.launch_argv(c.name, resolve=False), v17) == [], c.name
+    glm5 = profiles.load("glm5-nvfp4-tp8")
+    for c in glm5.configs:
+        assert sglang.check_flags(glm5.launch_argv(c.name, resolve=False), sglang.vendored_flags()) == [], c.name
+    assert sglang.check_flags(["--no-such-flag", "1"], v17), "a flag 0.5.17 does not know is found"
+    assert "--cuda-graph-max-bs" in v17 and "--cuda-graph-max-bs" not in sglang.vendored_flags(), "renamed in between"
