@@ -62,6 +62,9 @@ class RequestRecord:
     # the output ids of a sampled request (every OUTPUT_SAMPLE_EVERY-th, where the wire's last chunk carries them):
     # checked as the canary's are, so output that goes wrong under load is seen (run/session)
     output_ids: tuple[int, ...] | None = None
+    # speculative decoding, from the final meta_info (SGLang): verify steps, and tokens accepted per verify step
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
 
     @property
     def first_token_time(self) -> float | None:
@@ -101,6 +104,7 @@ class ServerSample:
     # every step; a snapshot gauge is only what one moment shows (docs/measurement.md).
     decode_steps_total: float | None = None
     busy_slot_steps_total: float | None = None
+    spec_accept_length: float | None = None  # speculative decoding: the server's mean accepted tokens per verify step
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
     # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).
     time_uncertainty_s: float = 0.0
@@ -235,6 +239,12 @@ class LevelResult:
     ci_resolution_tps: float | None = None
     # TTFT as the server reports it per request (SGLang's meta_info first_token_latency), where it does
     server_ttft_ms: Summary = dataclasses.field(default_factory=lambda: Summary(None, None, None, None, 0))
+    # speculative decoding: the mean tokens a verify step accepted, over the requests that finished in the window
+    # (from each one's final meta_info, weighed by its verify steps), its 95% interval, and the server's own gauge
+    # over the window; None for a server that does not speculate
+    acceptance_length: float | None = None
+    acceptance_length_ci95: float | None = None
+    server_accept_length: float | None = None
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None
     client_late_share: float | None = None

@@ -89,14 +89,17 @@ class SGLang(Engine):
         # the mean running count the scheduler itself counted at every step (its num_running_reqs gauge is only
         # written at its log points: --decode-log-interval, 40 steps by default)
         "decode_steps_total": Series("sglang:cuda_graph_passes_total", {"mode": "decode*"}),
+        "spec_accept_length": Series("sglang:spec_accept_length", combine="mean"),
     }
 
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
-        """Each decode pass emits one token per running request (no speculative decoding here), so the decode
-        tokens counted between two scrapes over the decode passes between them is the mean running count there."""
+        """Each decode pass emits one token per running request, or its accepted tokens with speculative decoding,
+        so the decode tokens counted between two scrapes over the decode passes between them, less the acceptance,
+        is the mean running count there."""
         values = dict(values)
         if values.get("decode_steps_total") is not None and values.get("decode_tokens_total") is not None:
-            values["busy_slot_steps_total"] = values["decode_tokens_total"]
+            accept = values.get("spec_accept_length") or 1.0
+            values["busy_slot_steps_total"] = values["decode_tokens_total"] / max(accept, 1.0)
         return super().sample_from(values, t)
 
     def parse_loads(self, obj: dict, t: float) -> ServerSample | None:

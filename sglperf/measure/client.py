@@ -141,7 +141,7 @@ class _Progress:
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
                  "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
-                 "output_ids")
+                 "output_ids", "spec_verify_ct", "spec_accept_length")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -154,6 +154,8 @@ class _Progress:
         self.count_source = "chunks"
         self.server_ttft: float | None = None
         self.output_ids: tuple[int, ...] | None = None
+        self.spec_verify_ct: int | None = None
+        self.spec_accept_length: float | None = None
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -175,7 +177,8 @@ class _Progress:
         return RequestRecord(self.index, self.send, end, self.prompt_tokens, self.max_tokens, tuple(self.times),
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
-                             self.count_source, self.server_ttft, self.output_ids)
+                             self.count_source, self.server_ttft, self.output_ids, self.spec_verify_ct,
+                             self.spec_accept_length)
 
 
 class LoadGenerator:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from scipy import stats
 
 from ..environment.gpu import summarize as gpu_summary
 from ..environment.host import disturbance
@@ -478,4 +479,25 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         disturbances=v.disturbances, gpu=st.gpu_numbers, goodput_rps=good_rps, goodput_tps=good_tps,
         slo_met_share=good_share,
         count_source=Counter(r.count_source for r in st.ok).most_common(1)[0][0] if st.ok else None,
+        **acceptance(st.ok, w, samples.server),
     )
+
+
+def acceptance(done: list[RequestRecord], window, server) -> dict:
+    """Speculative decoding's acceptance length over the requests that finished inside the window: accepted tokens
+    per verify step, each request weighed by its verify steps (as SGLang's gauge pools them), with a 95% t interval
+    over the requests; and the server's gauge, averaged over the window's scrapes. Nothing for a plain server."""
+    inside = [r for r in done if r.spec_verify_ct and r.spec_accept_length is not None
+              and (window is None or window[0] <= r.end_time <= window[1])]
+    if not inside:
+        return {}
+    v = np.array([r.spec_verify_ct for r in inside], dtype=float)
+    a = np.array([r.spec_accept_length for r in inside], dtype=float)
+    mean = float((a * v).sum() / v.sum())
+    # the weighed mean's standard error: the requests' spread x sqrt(sum w^2) / sum w
+    half = (float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) * np.sqrt((v ** 2).sum()) / v.sum())
+            if len(a) > 1 else None)
+    gauge = [s.spec_accept_length for s in server if s.spec_accept_length is not None
+             and (window is None or window[0] <= s.time <= window[1])]
+    return dict(acceptance_length=round(mean, 4), acceptance_length_ci95=None if half is None else round(half, 4),
+                server_accept_length=round(sum(gauge) / len(gauge), 4) if gauge else None)

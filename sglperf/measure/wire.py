@@ -122,6 +122,9 @@ class NativeGenerate(Wire):
             kind = fr.get("type") if isinstance(fr, dict) else str(fr)
             p.finish = kind
             p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
+            verify, accept = meta.get("spec_verify_ct"), meta.get("spec_accept_length")  # speculative decoding
+            if type(verify) is int and verify > 0 and isinstance(accept, (int, float)) and 0 < accept < 1e3:
+                p.spec_verify_ct, p.spec_accept_length = verify, float(accept)
             ttft = meta.get("first_token_latency")  # SGLang with --enable-metrics: its own TTFT, seconds
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and 0 <= ttft < 1e6:
                 p.server_ttft = float(ttft)

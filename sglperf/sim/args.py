@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cuda-graph-max-bs-prefill", type=int, default=None)
     g.add_argument("--load-format", default="auto")
     g.add_argument("--enable-dp-attention", action="store_true")
+    # speculative decoding (SGLang's EAGLE path with a model's own MTP head, as GLM-5's recipes serve it)
+    g.add_argument("--speculative-algorithm", choices=("EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"),
+                   default=None)
+    g.add_argument("--speculative-num-steps", type=int, default=None)
+    g.add_argument("--speculative-eagle-topk", type=int, default=None)
+    g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     s = p.add_argument_group("simulator only")
     s.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     s.add_argument("--time-scale", type=positive, default=1.0,
@@ -112,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prefill-slowdown", type=non_negative, default=0.0, metavar="F",
                    help="prefill steps take (1 + F) as long, decode steps unchanged: 0.5 plays a prefill kernel "
                         "50%% slower (TTFT grows, throughput barely moves)")
+    s.add_argument("--sim-accept-length", type=positive, default=2.5, metavar="L",
+                   help="with --speculative-algorithm: the tokens a verify step accepts on average (the draft's "
+                        "quality); SGLANG_SIMULATE_ACC_LEN in the environment pins it exactly, as in SGLang")
+    s.add_argument("--sim-verify-cost", type=non_negative, default=0.35, metavar="F",
+                   help="with --speculative-algorithm: a verify step takes (1 + F) decode steps (the kernels' part)")
     s.add_argument("--noise-cv", type=non_negative, default=0.0,
                    help="coefficient of variation of step times, and of one run-wide factor drawn at start (a GPU's "
                         "state differs from one server start to the next)")

@@ -72,6 +72,13 @@ class EngineConfig:
     slowdown: float = 1.0  # throughput factor: 0.85 -> every step takes 1/0.85 as long
     prefill_slowdown: float = 0.0  # prefill steps only take (1 + this) as long: a latency regression at equal decode
     plateau_drop: float = 0.0  # a fault: with a queue as long as the batch, every step takes 1 / (1 - this) as long
+    # speculative decoding: a draft of `spec_draft_tokens` tokens verified in one step that costs (1 + verify_cost)
+    # decode steps and accepts `accept_length` tokens on average (1 + Binomial(draft, (L - 1) / draft)); pinned,
+    # exactly that mean (SGLang's SGLANG_SIMULATE_ACC_LEN). 0 draft tokens: plain decoding.
+    spec_draft_tokens: int = 0
+    accept_length: float = 1.0
+    accept_pinned: bool = False
+    verify_cost: float = 0.0
     noise_cv: float = 0.0
     seed: int = 0
 
@@ -100,6 +107,8 @@ class SimRequest:
     first_token_time: float | None = None
     finish_time: float | None = None
     finish_reason: str | None = None
+    verify_ct: int = 0  # speculative verify steps this request took part in
+    accepted: int = 0  # tokens those steps gave it
 
     @property
     def seq_len(self) -> int:
@@ -152,6 +161,8 @@ class EngineStats:
     busy_s: float = 0.0
     decode_steps: int = 0
     prefill_batches: int = 0
+    spec_verify: int = 0  # request-steps verified, and the tokens they accepted (sglang:spec_accept_length)
+    spec_accepted: int = 0
 
 
 class QueueFull(Exception):
@@ -327,23 +338,40 @@ class Engine:
         retracted = self._retract_if_needed()
         decoding = [r for r in self.running if r.state == RUNNING]
         start = self.now
-        duration = self._noisy(overhead + cfg.step_time.decode(len(decoding)))
+        duration = self._noisy(overhead + cfg.step_time.decode(len(decoding)) * (1 + cfg.verify_cost))
         self.now += duration
-        events = []
+        events, tokens = [], 0
         for r in decoding:
             need = cfg.pages(r.seq_len)  # this step writes the KV of the last sampled token
             if need > r.pages:
                 self.used_pages += need - r.pages
                 r.pages = need
-            r.output_len += 1
+            n = min(self._accepted(), r.max_new_tokens - r.output_len) if cfg.spec_draft_tokens else 1
+            r.output_len += n
+            tokens += n
+            if cfg.spec_draft_tokens:
+                r.verify_ct += 1
+                r.accepted += n
+                self.stats.spec_verify += 1
+                self.stats.spec_accepted += n
             events.append(self._token_event(r))
-        self.stats.decode_tokens += len(decoding)
+        self.stats.decode_tokens += tokens
         self.stats.decode_steps += 1
         self.stats.busy_s += duration
         if not retracted:
             self.new_token_ratio = max(cfg.min_new_token_ratio, self.new_token_ratio - cfg.new_token_ratio_decay)
-        return StepResult("decode", start, duration, len(decoding), len(decoding), tuple(events), tuple(retracted),
+        return StepResult("decode", start, duration, len(decoding), tokens, tuple(events), tuple(retracted),
                           ratio_before, self.new_token_ratio)
+
+    def _accepted(self) -> int:
+        """Tokens one verify step gives a request: the pinned mean exactly (its floor or ceiling in the right share),
+        else 1 + Binomial(draft, (L - 1) / draft), whose mean is L and whose most is draft + 1."""
+        cfg = self.config
+        if cfg.accept_pinned:
+            low = int(cfg.accept_length)
+            return low + int(self._rng.random() < cfg.accept_length - low)
+        k = cfg.spec_draft_tokens
+        return 1 + int(self._rng.binomial(k, min(1.0, max(0.0, (cfg.accept_length - 1) / k))))
 
     def _retract_if_needed(self) -> list[str]:
         """Free KV by sending requests back to the queue, as SGLang's retract_decode does (no token is lost)."""

@@ -40,6 +40,8 @@ class Stream:
     finished: bool = False
     finish_reason: dict | None = None
     num_retractions: int = 0
+    verify_ct: int = 0  # speculative verify steps, and the tokens they accepted (the final meta_info's fields)
+    accepted: int = 0
     first_token_at: float | None = None
     engine_ttft: float | None = None  # arrival to first token in the engine's own (simulated) time, real seconds
     fault: str | None = None  # "abort" | "error" | "truncate" | "short"
@@ -88,6 +90,7 @@ class Metrics:
         self.num_used_tokens = gauge("num_used_tokens", "The number of used tokens.")
         self.max_total_num_tokens = gauge("max_total_num_tokens", "Maximum total number of tokens in the KV pool.")
         self.num_retracted_reqs = gauge("num_retracted_reqs", "The number of retracted requests.")
+        self.spec_accept_length = gauge("spec_accept_length", "The average acceptance length of speculative decoding.")
         self.realtime_tokens = Counter("sglang:realtime_tokens", "Tokens processed, by mode.", names + ["mode"],
                                        registry=r)
         for mode in ("prefill_compute", "prefill_cache", "decode"):
@@ -139,7 +142,7 @@ class SimServer:
             init_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             min_new_token_ratio=min(1.0, 1.0 * a.schedule_conservativeness),
             max_queued_requests=a.max_queued_requests, slowdown=a.slowdown, noise_cv=a.noise_cv,
-            prefill_slowdown=a.prefill_slowdown, plateau_drop=a.fault_plateau_drop,
+            prefill_slowdown=a.prefill_slowdown, plateau_drop=a.fault_plateau_drop, **spec_config(a),
             # the hardware's noise: fresh at every start unless --noise-seed pins it (between-start variance)
             seed=a.noise_seed if a.noise_seed is not None else int.from_bytes(os.urandom(4), "little"),
         )
@@ -218,6 +221,7 @@ class SimServer:
                 st.finish_reason = {"type": "length", "length": ev.output_len}
                 req = self.engine.requests.get(ev.rid)
                 st.num_retractions = req.num_retractions if req else 0
+                st.verify_ct, st.accepted = (req.verify_ct, req.accepted) if req else (0, 0)
                 self.engine.forget(ev.rid)
                 if m:
                     lab = dict(**m.tl, is_streaming="true")
@@ -276,6 +280,8 @@ class SimServer:
         m.token_usage.set(self.token_usage())
         m.num_used_tokens.set(eng.used_pages * self.res.page_size)
         m.gen_throughput.set(self.last_gen_throughput)
+        if eng.stats.spec_verify:
+            m.spec_accept_length.set(eng.stats.spec_accepted / eng.stats.spec_verify)
 
     # ------------------------------------------------------------------ requests
     def new_stream(self, input_len: int, max_new: int, rid: str | None = None, prompt=None) -> Stream:
@@ -341,6 +347,9 @@ class SimServer:
                 "completion_tokens": st.output_len, "cached_tokens": 0}
         if final:
             meta["e2e_latency"] = time.time() - st.received
+            if st.verify_ct:  # SGLang's speculative fields, in its final meta_info
+                meta["spec_accept_length"] = st.accepted / st.verify_ct
+                meta["spec_verify_ct"] = st.verify_ct
         if self.args.enable_metrics:
             meta["request_received_ts"] = st.received
             # SGLang's server-side TTFT; here in the engine's simulated time (queue and prefill steps as the model
@@ -348,6 +357,18 @@ class SimServer:
             if st.engine_ttft is not None:
                 meta["first_token_latency"] = st.engine_ttft
         return meta
+
+
+def spec_config(a) -> dict:
+    """The engine's speculative settings from SGLang's flags: the draft is --speculative-num-draft-tokens (else
+    --speculative-num-steps + 1), its mean acceptance the simulator's own flag, or SGLANG_SIMULATE_ACC_LEN pinned."""
+    if not a.speculative_algorithm:
+        return {}
+    draft = a.speculative_num_draft_tokens or (a.speculative_num_steps or 3) + 1
+    pin = os.environ.get("SGLANG_SIMULATE_ACC_LEN")
+    length = float(pin) if pin else a.sim_accept_length
+    return dict(spec_draft_tokens=draft, accept_length=min(max(length, 1.0), draft + 1.0), accept_pinned=bool(pin),
+                verify_cost=a.sim_verify_cost)
 
 
 def log_sched(msg: str, *args) -> None:

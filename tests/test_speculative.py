@@ -1,0 +1,51 @@
+"""Speculative decoding, measured: the simulator drafts and verifies as SGLang's EAGLE path reports it (meta_info's
+spec_accept_length and spec_verify_ct, the sglang:spec_accept_length gauge), and a level's acceptance length is read
+from every request that finished in its window, with an interval, beside the server's gauge."""
+
+from dataclasses import replace
+
+import pytest
+
+from sglperf.measure.metrics import acceptance
+from sglperf.records import RequestRecord, ServerSample
+from sglperf.sim.calibrate import engine_config
+from sglperf.sim.engine import Engine
+from sglperf.sim.presets import CI
+
+
+def run_engine(**spec) -> Engine:
+    e = Engine(replace(engine_config(CI, 64, 1), **spec))
+    for i in range(48):
+        e.add_request(f"r{i}", 32, 128)
+    for _ in range(100_000):
+        if e.step() is None:
+            break
+    return e
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_the_simulators_draft_accepts_the_mean_it_is_given_pinned_or_drawn(pinned):
+    e = run_engine(spec_draft_tokens=4, accept_length=2.6, accept_pinned=pinned, verify_cost=0.35)
+    mean = e.stats.spec_accepted / e.stats.spec_verify
+    assert 2.5 < mean <= 2.6, "a request's last verify step can accept fewer than its draft gave: a little below"
+    assert all(r.output_len == 128 for r in e.requests.values()) or not e.requests
+
+
+def test_a_verify_step_costs_more_than_a_decode_step_and_gives_more_tokens():
+    plain, spec = run_engine(), run_engine(spec_draft_tokens=4, accept_length=2.6, verify_cost=0.35)
+    assert spec.stats.decode_steps < plain.stats.decode_steps / 2
+    assert spec.now < plain.now, "2.6 tokens a step at 1.35 x the cost: faster"
+
+
+def rec(i, accept, verify, end=5.0):
+    return RequestRecord(i, 0.0, end, 32, 32, server_completion_tokens=32, finish_reason="length",
+                         spec_verify_ct=verify, spec_accept_length=accept)
+
+
+def test_a_levels_acceptance_is_weighed_by_verify_steps_over_the_window_beside_the_servers_gauge():
+    done = [rec(0, 2.0, 10), rec(1, 3.0, 30), rec(2, 9.0, 10, end=50.0)]
+    out = acceptance(done, (1.0, 10.0), [ServerSample(time=2.0, spec_accept_length=2.7),
+                                         ServerSample(time=20.0, spec_accept_length=9.0)])
+    assert out["acceptance_length"] == pytest.approx((2.0 * 10 + 3.0 * 30) / 40)
+    assert out["server_accept_length"] == 2.7 and out["acceptance_length_ci95"] > 0
+    assert acceptance([RequestRecord(0, 0.0, 5.0, 32, 32)], (1.0, 10.0), []) == {}, "a plain server: nothing"
