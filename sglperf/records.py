@@ -332,10 +332,21 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     _latency("tpot_p99_ms", "TPOT p99", "tpot_ms", 0.99, "tpot_p99"),
     _latency("itl_p99_ms", "ITL p99", "itl_ms", 0.99),
     _latency("e2e_p50_ms", "E2E p50", "e2e_ms", 0.5),
+    # speculative decoding: accepted tokens per verify step; gated like throughput (a floor), so a draft that got
+    # worse is named apart from a verify step that got slower
+    Metric("acceptance_length", "speculative acceptance length", "tokens/step", "higher", True,
+           lambda r: r.acceptance_length, trend="acceptance"),
     Metric("goodput_tps", "goodput (output of requests that met the SLO)", "tok/s", "higher", False,
            lambda r: r.goodput_tps, trend="goodput_tps"),
     Metric("goodput_rps", "goodput (requests that met the SLO)", "req/s", "higher", False, lambda r: r.goodput_rps,
            trend="goodput_rps"),
 )}
 GATED = tuple(n for n, m in METRICS.items() if m.gated)  # what a baseline entry may hold
+HALF_WIDTH = {"sustained_output_tps": "sustained_output_tps_ci95", "acceptance_length": "acceptance_length_ci95"}
+
+
+def half_width(r, metric: str) -> float | None:
+    """A level's 95% interval half-width for `metric`, where it measured one (None: compared as a point)."""
+    field = HALF_WIDTH.get(metric)
+    return getattr(r, field) if field else None
 LATENCY = tuple(n for n, m in METRICS.items() if m.is_latency)

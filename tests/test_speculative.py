@@ -49,3 +49,18 @@ def test_a_levels_acceptance_is_weighed_by_verify_steps_over_the_window_beside_t
     assert out["acceptance_length"] == pytest.approx((2.0 * 10 + 3.0 * 30) / 40)
     assert out["server_accept_length"] == 2.7 and out["acceptance_length_ci95"] > 0
     assert acceptance([RequestRecord(0, 0.0, 5.0, 32, 32)], (1.0, 10.0), []) == {}, "a plain server: nothing"
+
+
+def test_a_throughput_floor_missed_says_whether_the_draft_or_the_verify_step_moved():
+    from sglperf.decide.floor import attributed
+    from sglperf.judge.floor import FloorVerdict
+
+    out = FloorVerdict("regression", "sustained_output_tps", 880.0, 10.0, 950.0, 1000.0, 0.05,
+                       "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps 880.0 ± 10.0 tok/s")
+    drafted = FloorVerdict("regression", "acceptance_length", 2.6, 0.02, 2.95, 3.1, 0.05, "THROUGHPUT REGRESSION: ...")
+    said = attributed([out, drafted])[0].message
+    assert said.endswith("; output -12.0% with acceptance 3.10 -> 2.60 (-16.1%): the draft's share")
+    same = FloorVerdict("pass", "acceptance_length", 3.09, 0.02, 2.95, 3.1, 0.05, "")
+    said = attributed([out, same])[0].message
+    assert "acceptance unchanged (3.10 -> 3.09 (-0.3%), within its floor): the verify step slowed" in said
+    assert attributed([out]) == [out], "no speculation: nothing to attribute"

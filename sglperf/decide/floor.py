@@ -6,7 +6,7 @@ the starts (judge/latency.over_starts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..environment import fingerprint
 from ..judge.floor import check_floor
@@ -83,12 +83,29 @@ class Floor:
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
         if any(v.outcome == "inconclusive" for v in verdicts):  # no more starts come: decided where it can be
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)], last=True)
+        verdicts = attributed(verdicts)
         for x in starts[1:]:
             failure = ev.level_failure(x)
             if failure:
                 return Outcome.fail(failure, shown)
         return settle_over_starts(verdicts, [x.result for x in starts], where=f"{ev.where} c{level}", against="floor",
                                   note=ev.replicate_note(level), slow_host=ev.host_slower(bf)).showing(shown)
+
+
+def attributed(verdicts: list) -> list:
+    """With speculative decoding, output throughput is a verify step's speed times the tokens it accepts: a
+    throughput floor that did not pass says which of the two moved, from the acceptance floor judged beside it. The
+    category stays the throughput's."""
+    by = {v.metric: v for v in verdicts}
+    out, acc = by.get("sustained_output_tps"), by.get("acceptance_length")
+    if out is None or acc is None or out.outcome == "pass" or not out.value or not acc.value:
+        return verdicts
+    change = f"{acc.baseline:.2f} -> {acc.value:.2f} ({acc.value / acc.baseline - 1:+.1%})"
+    said = (f"output {out.value / out.baseline - 1:+.1%} with acceptance {change}: the draft's share"
+            if acc.outcome != "pass" else
+            f"output {out.value / out.baseline - 1:+.1%} with acceptance unchanged ({change}, within its floor): the "
+            f"verify step slowed (kernels, scheduling)")
+    return [replace(v, message=f"{v.message}; {said}") if v is out else v for v in verdicts]
 
 
 @dataclass(frozen=True)

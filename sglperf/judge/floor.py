@@ -13,7 +13,7 @@ from .noise import FALSE_ALARM, MIN_TOLERANCE
 from .noise import of as noise_of
 from ..categories import INCONCLUSIVE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
-from ..records import LevelResult
+from ..records import METRICS, LevelResult, half_width
 from .disturbance import STEAL_NAMED, steal_share
 
 
@@ -77,7 +77,7 @@ def weights(levels: list[LevelResult], metric: str, noise=None) -> list[float]:
     between-start variance). Starts as precise as each other weigh the same; a start with a dip in its window weighs
     less, so one imprecise start does not leave the level undecided."""
     values = [getattr(r, metric) for r in levels]
-    halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
+    halves = [half_width(r, metric) for r in levels]
     if len(levels) < 2 or any(h is None for h in halves) or any(v is None for v in values):
         return [1.0] * len(levels)
     mean = sum(values) / len(values)
@@ -107,7 +107,7 @@ def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float 
         return None, None
     n, w = len(values), weights(levels, metric, noise)
     mean = sum(x * v for x, v in zip(w, values)) / sum(w)
-    halves = [r.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None for r in levels]
+    halves = [half_width(r, metric) for r in levels]
     half = None if any(h is None for h in halves) else math.sqrt(sum((x * h) ** 2 for x, h in zip(w, halves))) / sum(w)
     if n >= 2 and mean:
         observed = sum((v - mean) ** 2 for v in values) / (n - 1)
@@ -182,7 +182,8 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
         outcome = "pass" if value * (1 + slack) >= bound else "regression"
         decided = (f"; its interval straddles the floor at the last start allowed: decided by the value against "
                    f"{bound:,.1f}, the bound for between-start and within-run noise together (0.5% false alarms)")
-    ci_s = f" ± {ci:,.1f}" if ci is not None else ""
+    unit, fmt = METRICS[entry.metric].unit, ",.3f" if entry.metric == "acceptance_length" else ",.1f"
+    ci_s = f" ± {ci:{fmt}}" if ci is not None else ""
     delta = f" ({value / entry.value - 1:+.1%} vs baseline)" if value else ""
     weighed = f", weighed by precision: worth {k:.1f} starts" if len(starts) > 1 and k < len(starts) - 0.05 else ""
     over = (f" (mean of {len(starts)} server starts: " + ", ".join(f"{getattr(r, entry.metric):,.1f}" for r in starts)
@@ -193,8 +194,8 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     if len(starts) > 1 and value:
         sd = math.sqrt(sum((getattr(r, entry.metric) - value) ** 2 for r in starts) / (len(starts) - 1))
         why += f", this run's starts ±{sd / value:.1%} (SD)"
-    msg = (f"{where}: {entry.metric} {value if value is None else format(value, ',.1f')}{ci_s} tok/s{over}{delta}; "
-           f"floor {floor:,.1f} = baseline {entry.value:,.1f} x (1 - {tol:.1%}){why}; "
+    msg = (f"{where}: {entry.metric} {value if value is None else format(value, fmt)}{ci_s} {unit}{over}{delta}; "
+           f"floor {floor:{fmt}} = baseline {entry.value:{fmt}} x (1 - {tol:.1%}){why}; "
            f"baseline: {baseline_source} (taken {entry.taken_at} from {entry.source})")
     msg += decided
     if outcome == "inconclusive":
