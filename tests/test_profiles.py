@@ -18,12 +18,12 @@ def test_every_shipped_profile_loads():
         assert p.levels and p.configs
 
 
-def test_launch_cmd_prints_both_configs_of_the_real_target():
+def test_launch_cmd_prints_the_configs_of_the_real_target_the_seeds_two_and_the_mtp_one():
     out = subprocess.run([sys.executable, "-m", "sglperf.cli", "launch-cmd", "--profile", "glm5-nvfp4-tp8"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     cmds = json.loads(out.stdout)
-    assert set(cmds) == {"rr1024-cds4", "rr2048-cds8"}
+    assert set(cmds) == {"rr1024-cds4", "rr2048-cds8", "rr2048-cds8-mtp"}
     for name, argv in cmds.items():
         assert argv[:2] == ["sglang", "serve"]
         assert argv[argv.index("--model-path") + 1] == "nvidia/GLM-5-NVFP4"
@@ -32,6 +32,9 @@ def test_launch_cmd_prints_both_configs_of_the_real_target():
         assert "--trust-remote-code" in argv and "--enable-metrics" in argv
     assert cmds["rr1024-cds4"][-4:] == ["--max-running-requests", "1024", "--num-continuous-decode-steps", "4"]
     assert cmds["rr2048-cds8"][-4:] == ["--max-running-requests", "2048", "--num-continuous-decode-steps", "8"]
+    # GLM-5's own MTP head as an EAGLE draft, as SGLang's GLM recipe serves it; accepted by 0.5.23's flags
+    assert cmds["rr2048-cds8-mtp"][-8:] == ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                                            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
 
 def test_real_target_flags_are_all_sglang_0_5_23_flags():
