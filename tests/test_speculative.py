@@ -64,3 +64,34 @@ def test_a_throughput_floor_missed_says_whether_the_draft_or_the_verify_step_mov
     said = attributed([out, same])[0].message
     assert "acceptance unchanged (3.10 -> 3.09 (-0.3%), within its floor): the verify step slowed" in said
     assert attributed([out]) == [out], "no speculation: nothing to attribute"
+
+
+def test_a_pinned_acceptance_must_hold_and_a_baseline_of_one_pin_never_judges_another():
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sglperf.decide.floor import other_pin
+    from sglperf.environment.fingerprint import accept_pin
+    from sglperf.records import LevelResult
+    from sglperf.run.session import _pin_checked
+
+    assert accept_pin({"SGLANG_SIMULATE_ACC_LEN": "2.6"}) == 2.6 and accept_pin({}) is None
+    fields = {f.name: None for f in dataclasses.fields(LevelResult)}
+    fields.update(concurrency=16, isl=32, osl=32, valid=True, invalid_reasons=(), errors={}, window_s=10.0,
+                  ci_batches=10, completed=100, completed_in_window=80, requests_sent=100, cancelled=0, duration_s=12.0,
+                  incomplete=False, warnings=())
+    r = LevelResult(**fields)
+    run = SimpleNamespace(fingerprint={"spec_accept_pin": 2.6})
+    held = dataclasses.replace(r, acceptance_length=2.57, acceptance_length_ci95=0.02)
+    assert _pin_checked(run, held).valid, "a request's last step accepts what is left: a little under the pin"
+    broke = _pin_checked(run, dataclasses.replace(r, acceptance_length=2.2, acceptance_length_ci95=0.02))
+    assert not broke.valid and broke.invalid_reasons[-1].startswith(
+        "acceptance pinned at 2.6 (SGLANG_SIMULATE_ACC_LEN) but measured 2.200 ± 0.020: the pin did not hold")
+    none = _pin_checked(run, r)
+    assert not none.valid and "no acceptance length reported" in none.invalid_reasons[-1]
+    assert _pin_checked(SimpleNamespace(fingerprint={}), r).valid, "not pinned: nothing to hold"
+
+    entry = SimpleNamespace(fingerprint={"spec_accept_pin": 3.0})
+    assert "pinned at 3, this run at 2.6" in other_pin([entry], {"spec_accept_pin": 2.6})
+    assert other_pin([entry], {"spec_accept_pin": 3.0}) is None
+    assert other_pin([SimpleNamespace(fingerprint={"driver": "1"})], {}) is None, "old baselines, unpinned runs"

@@ -26,6 +26,17 @@ def _env_diff(ev, e) -> str:
     return fingerprint.describe_diff(e.fingerprint, ev.fingerprint) if e.fingerprint else ""
 
 
+def other_pin(entries, fingerprint: dict) -> str | None:
+    """Why a baseline taken with one speculative acceptance pin cannot judge a run with another (or none)."""
+    now = fingerprint.get("spec_accept_pin")
+    then = {e.fingerprint.get("spec_accept_pin") for e in entries if e.fingerprint}
+    if not then or then == {now}:
+        return None
+    was = ", ".join("none" if x is None else f"{x:g}" for x in sorted(then, key=lambda x: x or 0))
+    return (f"the baseline was taken with the acceptance pinned at {was}, this run at "
+            f"{'none' if now is None else f'{now:g}'} (SGLANG_SIMULATE_ACC_LEN): not the same measurement")
+
+
 def _clean(starts):
     """The starts nothing disturbed decide, where there are any."""
     return [x for x in starts if not x.result.disturbances] or starts
@@ -48,7 +59,7 @@ class Floor:
         entries = {k: e for k, e in bf.entries(ev.name, level).items() if not e.is_latency}
         if not entries:
             return Outcome.skip(f"{path} has no throughput entry for {ev.name} c{level}")
-        outside = ev.host_outside(bf)
+        outside = ev.host_outside(bf) or other_pin(entries.values(), ev.fingerprint)
         if outside:  # measured and shown, neither passed nor failed: the baseline never measured this machine
             return Outcome.skip(f"{ev.where} c{level}: floor not judged: {outside} ({path})")
         return self._over_starts(ev, bf, path, entries, starts)

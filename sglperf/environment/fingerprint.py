@@ -131,11 +131,27 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         "server_args": " ".join(redact_argv(argv_template[1:])),
         "engine": engine.name,
         "python_executable": sys.executable,
+        # speculative decoding's acceptance pinned (SGLang's SGLANG_SIMULATE_ACC_LEN): throughput then measures the
+        # verify step alone, and a baseline taken with one pin never judges a run with another
+        "spec_accept_pin": accept_pin(server_env),
     }
     fp.update(overrides_from_env())
     if overrides:
         fp.update(overrides)
     return fp
+
+
+ACCEPT_PIN_ENV = "SGLANG_SIMULATE_ACC_LEN"
+
+
+def accept_pin(server_env: dict | None) -> float | None:
+    """The acceptance length the server is started pinned to, or None (not pinned, or not a number)."""
+    value = (server_env or {}).get(ACCEPT_PIN_ENV) or os.environ.get(ACCEPT_PIN_ENV)
+    try:
+        pin = float(value) if value else None
+    except ValueError:
+        return None
+    return pin if pin is not None and pin >= 1 else None
 
 
 def host_id(gpu_rows: list[dict]) -> str | None:
@@ -160,7 +176,8 @@ def host_id(gpu_rows: list[dict]) -> str | None:
 MATTERS = ("hardware_class", "cpu", "cpu_count", "driver", "cuda", "sglang", "sgl_kernel", "flashinfer", "torch",
            "nccl", "transformers",
            "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
-           "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python")
+           "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python",
+           "spec_accept_pin")
 
 
 def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:

@@ -253,7 +253,7 @@ class Suite(Servers):
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
             self.level_cpu_speeds.append(cpu)
-        meas.result = _outputs_checked(run, meas, _count_checked(run, meas.result))
+        meas.result = _pin_checked(run, _outputs_checked(run, meas, _count_checked(run, meas.result)))
         start[level] = meas.result
         return meas
 
@@ -404,6 +404,24 @@ def _count_checked(run, r: LevelResult) -> LevelResult:
     if v.outcome != "invalid":
         return r
     return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
+
+
+PIN_TOLERANCE = 0.05  # a pinned acceptance may read this much off (a request's last step accepts what is left)
+
+
+def _pin_checked(run, r: LevelResult) -> LevelResult:
+    """A run with speculative acceptance pinned (SGLANG_SIMULATE_ACC_LEN) measures the verify step alone only where
+    the pin held: a level whose measured acceptance is further from it than PIN_TOLERANCE (beyond its interval), or
+    that measured none, is invalid naming both."""
+    pin = run.fingerprint.get("spec_accept_pin")
+    if not pin or not r.valid:
+        return r
+    a, ci = r.acceptance_length, r.acceptance_length_ci95 or 0.0
+    if a is not None and abs(a - pin) - ci <= PIN_TOLERANCE * pin:
+        return r
+    got = "no acceptance length reported" if a is None else f"measured {a:.3f} ± {ci:.3f}"
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, f"acceptance pinned at {pin:g} "
+                   f"(SGLANG_SIMULATE_ACC_LEN) but {got}: the pin did not hold (limit ±{PIN_TOLERANCE:.0%})"))
 
 
 def _degenerate_levels(rec: RunRecorder) -> list[str]:
