@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from scipy import stats
-from ..records import METRICS
+from ..records import METRICS, half_width
 from .noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_share
 from .noise import of as noise_of
 from .starts import first_kept, kept_starts
@@ -106,7 +106,7 @@ def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
                 v = metric_value(res, metric)
                 if res.valid and v is not None and v > 0:
                     values.setdefault((cname, lv), []).append(float(v))
-                    half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                    half = half_width(res, metric)
                     within.setdefault((cname, lv), []).append((half or 0.0) / 1.96 / float(v))
                 else:
                     bad.add((cname, lv))
@@ -186,7 +186,7 @@ def run_restarts(runs: list[RunDoc], levels, metric: str = "sustained_output_tps
             for res in kept:
                 v = metric_value(res, metric)
                 if res.valid and v is not None and v > 0:
-                    half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                    half = half_width(res, metric)
                     pts.append((float(v), (half or 0.0) / 1.96 / float(v)))
             out.append(pts)
     return out
@@ -312,7 +312,7 @@ def _grown_levels(old: BaselineFile, runs: list[RunDoc], metric: str, notes: lis
                     notes.append(f"{cname} c{lv}: kept as it is: invalid or missing in run {r.run_id}")
                     break
                 vals.append(float(v))
-                half = res.sustained_output_tps_ci95 if metric == "sustained_output_tps" else None
+                half = half_width(res, metric)
                 rel_se.append((half or 0.0) / 1.96 / float(v))
             if not vals:
                 continue

@@ -120,11 +120,12 @@ UNDER_LOAD = "output degenerate under load"  # the reason a level's outputs give
 
 def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length: int) -> str | None:
     """Why the outputs sampled during a level are degenerate, or None: each output's first `length` ids (the canary's
-    output length) judged as a canary output is, and the level degenerate where at least two of them, and a tenth,
-    are. One stray repetitive output of a healthy model is no broken server; a kernel that goes wrong under load
+    output length) judged as a canary output is, and the level degenerate where at least two of them, and half, are.
+    Greedy decoding of random prompts loops now and then on a healthy model (a tiny random-weight Llama on real
+    SGLang: 2 of 17 sampled outputs one id repeated, each prompt its own id); a kernel that goes wrong under load
     (zeros from some request on) turns most of them."""
     bad = [why for ids in outputs if (why := degenerate(CanaryOutput(None, None, tuple(ids[:length]), None, 0.0),
                                                          rules, None))]
-    if len(bad) < max(2, 0.1 * len(outputs)):
+    if len(bad) < max(2, 0.5 * len(outputs)):
         return None
     return f"{UNDER_LOAD}: {len(bad)} of {len(outputs)} sampled outputs (their first {length} ids), e.g. {bad[0]}"
