@@ -95,3 +95,47 @@ def test_a_pinned_acceptance_must_hold_and_a_baseline_of_one_pin_never_judges_an
     assert "pinned at 3, this run at 2.6" in other_pin([entry], {"spec_accept_pin": 2.6})
     assert other_pin([entry], {"spec_accept_pin": 3.0}) is None
     assert other_pin([SimpleNamespace(fingerprint={"driver": "1"})], {}) is None, "old baselines, unpinned runs"
+
+
+def spec_suite(tmp_path, *args, env=None):
+    import subprocess
+    import sys
+
+    from .conftest import user_env
+    from .test_faults import ROOT
+
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "--profile",
+                        "sim-spec", "--reports-dir", str(tmp_path / "reports"), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=user_env(**(env or {})))
+    return p, p.stdout + p.stderr
+
+
+def test_a_lower_acceptance_fails_the_throughput_floor_naming_the_draft_and_the_acceptance_floor(tmp_path):
+    """The draft accepts 2.0 tokens a step where the baseline's accepted 2.6: output falls about a fifth, and both
+    floors fail; the throughput one says the draft's share."""
+    p, out = spec_suite(tmp_path, "--levels", "16", "--server-arg=--sim-accept-length=2.0")
+    assert p.returncode == 1, out[-3000:]
+    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps" in out
+    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: acceptance_length" in out
+    assert ": the draft's share" in out and "the verify step slowed" not in out
+
+
+def test_a_slower_verify_step_with_the_same_acceptance_fails_naming_the_verify_step(tmp_path):
+    p, out = spec_suite(tmp_path, "--levels", "16", "--server-arg=--sim-verify-cost=0.9")
+    assert p.returncode == 1, out[-3000:]
+    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps" in out
+    assert "acceptance unchanged" in out and "the verify step slowed" in out
+    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: acceptance_length" not in out
+
+
+def test_a_pinned_acceptance_that_holds_is_judged_and_one_that_does_not_is_invalid(tmp_path):
+    """SGLANG_SIMULATE_ACC_LEN=3 in the server's environment: the simulator honours it, the level measures it, and the
+    baseline (taken unpinned) does not judge it. A server that ignores the variable accepts its own 2.6: INVALID
+    naming both."""
+    p, out = spec_suite(tmp_path, "--levels", "16", env={"SGLANG_SIMULATE_ACC_LEN": "3"})
+    assert "the baseline was taken with the acceptance pinned at none, this run at 3" in out, out[-3000:]
+    assert "the pin did not hold" not in out
+    p, out = spec_suite(tmp_path, "--levels", "16", "--server-arg=--fault-ignore-accept-pin",
+                        env={"SGLANG_SIMULATE_ACC_LEN": "3"})
+    assert p.returncode == 1 and "INVALID MEASUREMENT: sim-spec/eagle c16 cannot be trusted: acceptance pinned at 3 " \
+                                 "(SGLANG_SIMULATE_ACC_LEN) but measured 2." in out, out[-3000:]

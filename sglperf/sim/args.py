@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "running it is F lower (a plateau that is not one)")
     s.add_argument("--fault-metrics-padding", type=non_negative, default=0.0, metavar="MB",
                    help="/metrics carries about MB megabytes of other, valid series (a large exporter's page)")
+    s.add_argument("--fault-ignore-accept-pin", action="store_true",
+                   help="speculative decoding ignores SGLANG_SIMULATE_ACC_LEN (a server where the pin does not hold)")
     s.add_argument("--fault-short-rate", type=fraction, default=0.0, metavar="P",
                    help="requests that finish with finish_reason length but fewer tokens than asked")
     return p

@@ -365,7 +365,7 @@ def spec_config(a) -> dict:
     if not a.speculative_algorithm:
         return {}
     draft = a.speculative_num_draft_tokens or (a.speculative_num_steps or 3) + 1
-    pin = os.environ.get("SGLANG_SIMULATE_ACC_LEN")
+    pin = None if a.fault_ignore_accept_pin else os.environ.get("SGLANG_SIMULATE_ACC_LEN")
     length = float(pin) if pin else a.sim_accept_length
     return dict(spec_draft_tokens=draft, accept_length=min(max(length, 1.0), draft + 1.0), accept_pinned=bool(pin),
                 verify_cost=a.sim_verify_cost)
