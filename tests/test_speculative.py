@@ -104,7 +104,7 @@ def spec_suite(tmp_path, *args, env=None):
     from .conftest import user_env
     from .test_faults import ROOT
 
-    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "--profile",
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-rs", "-p", "no:randomly", "--profile",
                         "sim-spec", "--reports-dir", str(tmp_path / "reports"), *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=300, env=user_env(**(env or {})))
     return p, p.stdout + p.stderr

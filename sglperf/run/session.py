@@ -9,6 +9,7 @@ lock must be released on every path, which is easiest to see in one place.
 from __future__ import annotations
 
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -417,7 +418,9 @@ def _pin_checked(run, r: LevelResult) -> LevelResult:
     if not pin or not r.valid:
         return r
     a, ci = r.acceptance_length, r.acceptance_length_ci95 or 0.0
-    if a is not None and abs(a - pin) - ci <= PIN_TOLERANCE * pin:
+    # a request's first token comes from its prefill and its last verify step accepts only what is left
+    expect = (r.osl - 1) / math.ceil((r.osl - 1) / pin) if r.osl > 1 else pin
+    if a is not None and abs(a - expect) - ci <= PIN_TOLERANCE * expect:
         return r
     got = "no acceptance length reported" if a is None else f"measured {a:.3f} ± {ci:.3f}"
     return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, f"acceptance pinned at {pin:g} "
