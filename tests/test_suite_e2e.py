@@ -70,9 +70,10 @@ def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
     p = run_suite(tmp_path, "-m", "gpu8")
     assert p.returncode == 0, p.stdout[-3000:]
     assert "no NVIDIA GPU here" in p.stdout
-    # both configs x 5 levels x 4 tests, 2 plateaus, 2 canaries, the A/B: every one skipped, none passed
+    # three configs (the seed's two and the MTP one) x 5 levels x 4 tests, 3 plateaus, 3 canaries, the A/B: every one
+    # skipped, none passed
     got = outcomes(p.stdout)
-    assert got["skipped"] == 45 and set(got) == {"skipped", "deselected"}, p.stdout[-2000:]
+    assert got["skipped"] == 67 and set(got) == {"skipped", "deselected"}, p.stdout[-2000:]
 
 
 def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):

@@ -37,7 +37,7 @@ METRICS_LEFT_OUT = frozenset({
     "sglang:queue_time_seconds", "sglang:request_time_per_output_token_seconds",
     "sglang:routing_key_all_req_count", "sglang:routing_key_running_req_count", "sglang:routing_keys_active",
     "sglang:scheduler_idle_seconds_total", "sglang:scheduler_process_cpu_seconds_total",
-    "sglang:scheduler_stage_seconds_total", "sglang:spec_accept_length", "sglang:spec_accept_rate",
+    "sglang:scheduler_stage_seconds_total", "sglang:spec_accept_rate",
     "sglang:spec_block_accept_length", "sglang:spec_cap_length", "sglang:spec_num_draft_tokens",
     "sglang:spec_num_steps", "sglang:startup_available_gpu_memory_gb", "sglang:startup_cuda_graph_time_seconds",
     "sglang:startup_time_seconds", "sglang:swa_available_tokens", "sglang:swa_evictable_tokens",
