@@ -77,3 +77,24 @@ def test_the_gpu1_sglang_profiles_flags_are_all_sglang_0_5_17_flags_and_the_glm5
         assert sglang.check_flags(glm5.launch_argv(c.name, resolve=False), sglang.vendored_flags()) == [], c.name
     assert sglang.check_flags(["--no-such-flag", "1"], v17), "a flag 0.5.17 does not know is found"
     assert "--cuda-graph-max-bs" in v17 and "--cuda-graph-max-bs" not in sglang.vendored_flags(), "renamed in between"
+
+
+def test_real_sglang_on_an_h200_started_by_the_suite_is_judged_again_by_the_suites_own_loop():
+    """The kit's first run on an H200 (tests/data/gpu/h200-sglang-0.5.17, cut by its device call during rr64's
+    plateau): SGLang 0.5.17 started by the suite, both configs' ceilings predicted from /server_info (rr16: its cap,
+    16; rr64: the KV pool, 48), the canary passed, the client's count within 1.5% of the server's at every level,
+    teardown graceful. rr16's plateau, its levels at +/-8-13% over 20 s, is undecided and attributed to the cap from
+    SGLang's running count (16 at c32, c64, c96): never violated."""
+    run = load_run(DATA.parent / "h200-sglang-0.5.17" / "suite-run-cut.json")
+    prof = profiles.load("gpu1-sglang")
+    assert run.hardware_class == "1 x NVIDIA H200"
+    for cname, (kv, cap, binding) in {"rr16": (48, 16, "cap"), "rr64": (48, 64, "kv")}.items():
+        ev = RecordedConfig(run, cname, None, prof, source="none")
+        assert (ev.ceiling.kv, ev.ceiling.cap, ev.ceiling.binding) == (kv, cap, binding)
+        assert run.configs[cname].canary.outcome == "pass" and run.configs[cname].teardown["graceful"]
+        for lv in ev.levels:
+            assert decide(ServerCount(lv), ev).kind == "pass", (cname, lv)
+    ev = RecordedConfig(run, "rr16", None, prof, source="none")
+    plateau = decide(Plateau(tuple(prof.levels)), ev)
+    assert plateau.kind == "fail" and plateau.message.startswith("INCONCLUSIVE"), plateau.message
+    assert ev.recorded["plateau"].attributed_to == "cap"

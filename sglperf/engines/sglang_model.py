@@ -35,6 +35,7 @@ if weights == "weights":
     LlamaForCausalLM(config).save_pretrained(out)
 else:
     config.torch_dtype = "bfloat16"
+    config.architectures = ["LlamaForCausalLM"]  # a model's save writes it; a bare config's does not
     config.save_pretrained(out)
 '''
 
