@@ -52,16 +52,7 @@ print(f"sglang {metadata.version('sglang')}, sglang-kernel {metadata.version('sg
       f"{torch.__version__}, {torch.cuda.get_device_name(0)}: {len(flags)} server flags")
 PY
 
-first=$(( $(find "$PROOF" -maxdepth 1 -name 'run-*' | wc -l) + 1 ))
-rc=0
-for i in $(seq "$first" $(( first + RUNS - 1 ))); do
-  dir="$PROOF/run-$i"
-  mkdir -p "$dir"
-  t=$(date +%s)
-  REPORTS_DIR="$dir" SGLPERF_PERSIST_DIR="$PROOF/persist" SGLPERF_SKIP_INSTALL=1 SGLANG_VERSION= PYTHON=python3 \
-    PROFILE="${PROFILE:-gpu1-sglang}" MARKER=gpu1 bash ci/run-perf.sh 2>&1 | tee "$dir/pytest.log"
-  rc=$?
-  log "run $i: pytest exit $rc after $(( $(date +%s) - t )) s"
-done
+. ci/proof-runs.sh
+proof_runs gpu1-sglang
 tar -cJf "$PROOF/jit-cache.tar.xz" -C "$JIT" --transform 's,^\.,jit,' . 2>/dev/null && log "JIT caches: $PROOF/jit-cache.tar.xz"
 exit "$rc"

@@ -34,15 +34,6 @@ t=$(date +%s)
 python3 -m sglperf llamacpp model --size gpu || exit 4
 log "GPU model ready after $(( $(date +%s) - t )) s"
 
-first=$(( $(find "$PROOF" -maxdepth 1 -name 'run-*' | wc -l) + 1 ))
-rc=0
-for i in $(seq "$first" $(( first + RUNS - 1 ))); do
-  dir="$PROOF/run-$i"
-  mkdir -p "$dir"
-  t=$(date +%s)
-  REPORTS_DIR="$dir" SGLPERF_PERSIST_DIR="$PROOF/persist" SGLPERF_SKIP_INSTALL=1 SGLANG_VERSION= PYTHON=python3 \
-    PROFILE="${PROFILE:-gpu1-llamacpp}" MARKER=gpu1 bash ci/run-perf.sh 2>&1 | tee "$dir/pytest.log"
-  rc=$?
-  log "run $i: pytest exit $rc after $(( $(date +%s) - t )) s"
-done
+. ci/proof-runs.sh
+proof_runs gpu1-llamacpp
 exit "$rc"
