@@ -73,7 +73,7 @@ def test_a_pinned_acceptance_must_hold_and_a_baseline_of_one_pin_never_judges_an
     from sglperf.decide.floor import other_pin
     from sglperf.environment.fingerprint import accept_pin
     from sglperf.records import LevelResult
-    from sglperf.run.session import _pin_checked
+    from sglperf.decide.health import pin_checked as _pin_checked
 
     assert accept_pin({"SGLANG_SIMULATE_ACC_LEN": "2.6"}) == 2.6 and accept_pin({}) is None
     fields = {f.name: None for f in dataclasses.fields(LevelResult)}

@@ -400,7 +400,7 @@ def test_a_level_whose_server_reports_twice_the_tokens_is_invalid_and_its_floor_
     from sglperf.decide import decide
     from sglperf.decide.count import ServerCount
     from sglperf.judge.count import check_server_count
-    from sglperf.run.session import _count_checked
+    from sglperf.decide.health import count_checked as _count_checked
 
     r = dataclasses.replace(lr(16, 964.9), server_output_tps=1929.8, server_ratio=0.5)
     run = SimpleNamespace(where="sim-ci/rr24-cds4", server_count=lambda x: check_server_count(

@@ -3,10 +3,12 @@ valid; a level that did not finish is infrastructure's, not the server's speed."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from ..categories import INFRA, INVALID, Category
-from ..judge.canary import UNDER_LOAD
+from ..judge.canary import UNDER_LOAD, check_under_load
+from ..records import LevelResult
 from .outcome import Outcome
 
 
@@ -47,3 +49,54 @@ def canary_words(where: str, what: str, category) -> str:
     """Fast but wrong: where the output canary failed, nothing measured from this server is judged."""
     return (f"{INVALID}: {where} {what}: measured (shown in the summary), not judged: the output canary failed "
             f"({category.prefix}; test_output_canary quotes the tokens): a server that returns garbage may be fast")
+
+
+# What a level's own numbers say against it, checked where it is measured (run/session), so that no claim, history
+# point or candidate is taken from it.
+def count_checked(run, r: LevelResult) -> LevelResult:
+    """A level whose client and server counts disagree beyond the bound is invalid: its numbers pass no floor, enter
+    no history and make no candidate. A server that over-reports its tokens would otherwise read as a speed-up."""
+    if not r.valid or r.incomplete or r.server_output_tps is None:
+        return r
+    v = run.server_count(r)
+    if v.outcome != "invalid":
+        return r
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
+
+
+PIN_TOLERANCE = 0.05  # a pinned acceptance may read this much off (a request's last step accepts what is left)
+
+
+def pin_checked(run, r: LevelResult) -> LevelResult:
+    """A run with speculative acceptance pinned (SGLANG_SIMULATE_ACC_LEN) measures the verify step alone only where
+    the pin held: a level whose measured acceptance is further from it than PIN_TOLERANCE (beyond its interval), or
+    that measured none, is invalid naming both."""
+    pin = run.fingerprint.get("spec_accept_pin")
+    if not pin or not r.valid:
+        return r
+    a, ci = r.acceptance_length, r.acceptance_length_ci95 or 0.0
+    # a request's first token comes from its prefill and its last verify step accepts only what is left
+    expect = (r.osl - 1) / math.ceil((r.osl - 1) / pin) if r.osl > 1 else pin
+    if a is not None and abs(a - expect) - ci <= PIN_TOLERANCE * expect:
+        return r
+    got = "no acceptance length reported" if a is None else f"measured {a:.3f} ± {ci:.3f}"
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, f"acceptance pinned at {pin:g} "
+                   f"(SGLANG_SIMULATE_ACC_LEN) but {got}: the pin did not hold (limit ±{PIN_TOLERANCE:.0%})"))
+
+
+def degenerate_levels(rec) -> list[str]:
+    """The levels of a run whose outputs went degenerate under load ("config c16: degenerate under load")."""
+    return [f"{cname} c{lv}: degenerate under load" for cname, c in rec.doc.configs.items()
+            for lv, r in c.levels.items() if any(x.startswith(UNDER_LOAD) for x in r.invalid_reasons)]
+
+
+def outputs_checked(run, meas, r: LevelResult) -> LevelResult:
+    """Output checked during the level, not only before it: the ids of the sampled requests (records.
+    OUTPUT_SAMPLE_EVERY), judged by the canary's rules. A level whose outputs went degenerate is invalid in the canary's
+    words: never a pass, a history point or a candidate, and its run is withheld as a failed canary's is."""
+    c = run.profile.canary
+    outputs = [rec.output_ids for rec in meas.records if rec.output_ids and not rec.error]
+    why = check_under_load(outputs, c.rules(), c.output_len) if c.enabled and outputs else None
+    if why is None:
+        return r
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))

@@ -9,7 +9,6 @@ lock must be released on every path, which is easiest to see in one place.
 from __future__ import annotations
 
 
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from ..environment.host import open_files_problem
 from ..report import allure as report
 from . import launch as launcher
 from ..fileio import check_writable
-from ..categories import INVALID, InfraError, UsageError
+from ..categories import InfraError, UsageError
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
@@ -30,11 +29,11 @@ from ..redact import argv_secrets, env_secrets, redact, register
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult
 from ..judge import plateau
-from ..judge.canary import UNDER_LOAD, check_under_load
 from ..judge.floor import decides_floor
 
 
 
+from ..decide.health import count_checked, degenerate_levels, outputs_checked, pin_checked
 from .options import SuiteOptions
 from .servers import ConfigRun, Servers
 
@@ -254,7 +253,7 @@ class Suite(Servers):
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
             self.level_cpu_speeds.append(cpu)
-        meas.result = _pin_checked(run, _outputs_checked(run, meas, _count_checked(run, meas.result)))
+        meas.result = pin_checked(run, outputs_checked(run, meas, count_checked(run, meas.result)))
         start[level] = meas.result
         return meas
 
@@ -320,7 +319,7 @@ class Suite(Servers):
         for rec in self.recorders.values():
             self._try(lambda rec=rec: rec.finish("interrupted" if interrupted else "finished", not interrupted))
             self.late_problems += [f"{path}: {why}" for path, why in rec.unwritten.items()]
-            wrong = rec.canary_failed() + _degenerate_levels(rec)
+            wrong = rec.canary_failed() + degenerate_levels(rec)
             if wrong:  # fast but wrong: shown in the run file, never history or a baseline
                 self.withheld.append(f"{rec.doc.profile}: output canary failed ({'; '.join(wrong)}): "
                                      f"this run's numbers are not appended to the history and make no candidate "
@@ -338,7 +337,7 @@ class Suite(Servers):
             self._try(self.write_allure_files)
         if self.opts.update_baselines and not interrupted:
             for name, rec in self.recorders.items():
-                if rec.canary_failed() or _degenerate_levels(rec):
+                if rec.canary_failed() or degenerate_levels(rec):
                     continue
                 self._try(lambda name=name, rec=rec: self.candidates.append(self.write_candidate(name, rec)))
 
@@ -394,55 +393,6 @@ class Suite(Servers):
         lines += [f"cleaned up before this run: {c}" for c in self.cleaned]
         lines += [f"INFRASTRUCTURE: could not write: {p}" for p in self.late_problems]
         return lines
-
-
-def _count_checked(run, r: LevelResult) -> LevelResult:
-    """A level whose client and server counts disagree beyond the bound is invalid: its numbers pass no floor, enter
-    no history and make no candidate. A server that over-reports its tokens would otherwise read as a speed-up."""
-    if not r.valid or r.incomplete or r.server_output_tps is None:
-        return r
-    v = run.server_count(r)
-    if v.outcome != "invalid":
-        return r
-    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
-
-
-PIN_TOLERANCE = 0.05  # a pinned acceptance may read this much off (a request's last step accepts what is left)
-
-
-def _pin_checked(run, r: LevelResult) -> LevelResult:
-    """A run with speculative acceptance pinned (SGLANG_SIMULATE_ACC_LEN) measures the verify step alone only where
-    the pin held: a level whose measured acceptance is further from it than PIN_TOLERANCE (beyond its interval), or
-    that measured none, is invalid naming both."""
-    pin = run.fingerprint.get("spec_accept_pin")
-    if not pin or not r.valid:
-        return r
-    a, ci = r.acceptance_length, r.acceptance_length_ci95 or 0.0
-    # a request's first token comes from its prefill and its last verify step accepts only what is left
-    expect = (r.osl - 1) / math.ceil((r.osl - 1) / pin) if r.osl > 1 else pin
-    if a is not None and abs(a - expect) - ci <= PIN_TOLERANCE * expect:
-        return r
-    got = "no acceptance length reported" if a is None else f"measured {a:.3f} ± {ci:.3f}"
-    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, f"acceptance pinned at {pin:g} "
-                   f"(SGLANG_SIMULATE_ACC_LEN) but {got}: the pin did not hold (limit ±{PIN_TOLERANCE:.0%})"))
-
-
-def _degenerate_levels(rec: RunRecorder) -> list[str]:
-    """The levels of a run whose outputs went degenerate under load ("config c16: degenerate under load")."""
-    return [f"{cname} c{lv}: degenerate under load" for cname, c in rec.doc.configs.items()
-            for lv, r in c.levels.items() if any(x.startswith(UNDER_LOAD) for x in r.invalid_reasons)]
-
-
-def _outputs_checked(run, meas: LevelMeasurement, r: LevelResult) -> LevelResult:
-    """Output checked during the level, not only before it: the ids of the sampled requests (records.
-    OUTPUT_SAMPLE_EVERY), judged by the canary's rules. A level whose outputs went degenerate is invalid in the canary's
-    words: never a pass, a history point or a candidate, and its run is withheld as a failed canary's is."""
-    c = run.profile.canary
-    outputs = [rec.output_ids for rec in meas.records if rec.output_ids and not rec.error]
-    why = check_under_load(outputs, c.rules(), c.output_len) if c.enabled and outputs else None
-    if why is None:
-        return r
-    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))
 
 
 def _fmt(x) -> str:
