@@ -37,7 +37,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current \
   --format=csv,noheader | tee "$PROOF/nvidia-smi.txt"
-python3 - "$PROOF/sglang-flags.txt" <<'PY' || { log "SGLang does not import from the kit"; exit 4; }
+[ -s "$PROOF/sglang-flags.txt" ] || python3 - "$PROOF/sglang-flags.txt" <<'PY' || { log "SGLang does not import from the kit"; exit 4; }
 import argparse, sys
 from importlib import metadata
 import torch

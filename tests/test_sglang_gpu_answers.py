@@ -7,11 +7,12 @@ from pathlib import Path
 
 from sglperf import engines
 from sglperf.decide import decide
+from sglperf.decide.ab import AB
 from sglperf.decide.count import ServerCount
 from sglperf.decide.floor import Floor
 from sglperf.decide.health import RequestHealth
 from sglperf.decide.plateau import Plateau
-from sglperf.decide.replay import RecordedConfig
+from sglperf.decide.replay import RecordedConfig, RecordedRun
 from sglperf.measure.wire import NATIVE
 from sglperf.run import profiles
 from sglperf.store.rundoc import load_run
@@ -98,3 +99,46 @@ def test_real_sglang_on_an_h200_started_by_the_suite_is_judged_again_by_the_suit
     plateau = decide(Plateau(tuple(prof.levels)), ev)
     assert plateau.kind == "fail" and plateau.message.startswith("INCONCLUSIVE"), plateau.message
     assert ev.recorded["plateau"].attributed_to == "cap"
+
+
+SUITE = DATA.parent / "h100-sglang-0.5.17-suite"
+
+
+def test_real_sglangs_kv_plateau_is_attributed_to_the_pool_though_it_admits_past_it_and_retracts():
+    """SGLang admits against an estimate of the tokens its running requests will still need and retracts when the
+    pool fills: on the H100 rr64 ran a mean of 43-45 requests and up to 53-57 against a pool of 48. The live run
+    called that VIOLATED ("not near the predicted ceiling 48", read from the maximum); the same levels, judged by the
+    suite's loop now, are the KV pool's plateau: undecided by their intervals after a fresh start, never violated."""
+    prof = profiles.load("gpu1-sglang")
+    run = load_run(SUITE / "suite-run-rr64.json")
+    assert run.configs["rr64"].plateau.outcome == "violated", "what the live run said, before the fix"
+    ev = RecordedConfig(run, "rr64", None, prof, source="none")
+    plateau = decide(Plateau(tuple(ev.levels)), ev)
+    assert plateau.kind == "fail" and plateau.message.startswith("INCONCLUSIVE"), plateau.message
+    assert "observed: kv" in plateau.message and "not near" not in plateau.message
+    assert "measured again on server start 2" in plateau.shown[0], "the recorded second start, as the live run took it"
+    assert ev.recorded["plateau"].attributed_to == "kv"
+
+
+def test_real_sglang_on_an_h100_judged_plateau_on_each_ceiling_and_the_ab_gain_past_the_base_cap():
+    """Both configs in one session (cut by its device call while rr64's plateau was measured again): rr16 plateaus on
+    its cap (running 16.0 at c32, c64, c96), rr64 on the KV pool, and rr64 gains on rr16 past rr16's cap, by the
+    suite's own loops over the recorded levels."""
+    prof = profiles.load("gpu1-sglang")
+    run = load_run(SUITE / "suite-run-both-cut.json")
+    assert run.hardware_class == "1 x NVIDIA H100 80GB HBM3"
+    for cname, ceiling in {"rr16": "cap", "rr64": "kv"}.items():
+        ev = RecordedConfig(run, cname, None, prof, source="none")
+        assert ev.ceiling.binding == ceiling
+        plateau = decide(Plateau(tuple(ev.levels)), ev)
+        assert plateau.kind == "pass", plateau.message
+        assert ev.recorded["plateau"].attributed_to == ceiling
+        assert run.configs[cname].canary.outcome == "pass" and run.configs[cname].teardown["graceful"]
+        assert run.configs[cname].teardown["gpu_release_s"] < 1
+        for lv in ev.levels:
+            assert decide(ServerCount(lv), ev).kind == "pass", (cname, lv)
+    session = RecordedRun(run, None, prof, source="none")
+    ab = decide(AB("gpu1-sglang"), session)
+    assert ab.kind == "pass", ab.message
+    gains = session.recorded["ab"].gains
+    assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains

@@ -182,8 +182,9 @@ def test_a_running_count_far_from_the_ceiling_says_how_many_scrapes_it_was_read_
                                scrape_last_error="TimeoutError: ")
     v = check_plateau({2048: lr(2048, 2095, running=1935, queued=100), 3072: thin}, c, band=0.07)
     assert not v.passed
-    assert ("c3072: server ran up to 1 requests, not near the predicted ceiling 1935 (read from 2 scrapes inside the "
-            "window; 14 failed during the level, last: TimeoutError: )") in v.message
+    assert ("c3072: server ran up to 1 requests (mean 1.0), not near the predicted ceiling 1935 (the KV pool: a mean "
+            "within ±20% of it, the maximum reaching it) (read from 2 scrapes inside the window; 14 failed during the "
+            "level, last: TimeoutError: )") in v.message
 
 
 def test_floor_message_names_everything():

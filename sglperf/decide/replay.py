@@ -69,7 +69,13 @@ class RecordedConfig:
         return None
 
     def replicate_levels(self, levels, why: str):
-        return None
+        """The next start that measured all of `levels` together, as the run recorded it (a plateau measured again
+        on a fresh start), or None where it recorded none."""
+        docs = [self.doc.replicates.get(str(lv), []) for lv in levels]
+        if not all(len(d) >= self.starts for d in docs):
+            return None
+        self.starts += 1
+        return {lv: Start(as_result(self.restate(d[self.starts - 2]))) for lv, d in zip(levels, docs)}
 
     def replicate_note(self, level: int) -> str:
         return ""
@@ -113,3 +119,33 @@ class RecordedConfig:
 
     def record_plateau(self, doc) -> None:
         self.recorded["plateau"] = doc
+
+
+class RecordedRun:
+    """A stored run as the session a profile-wide claim reads (the A/B): each config a RecordedConfig against `bf`,
+    its levels' starts as recorded, no start left to take."""
+
+    def __init__(self, run, bf, profile, **kw):
+        self._profile = profile
+        self.configs = {name: RecordedConfig(run, name, bf, profile, **kw) for name in run.configs}
+        self.recorded: dict = {}
+
+    def profile(self, name: str):
+        return self._profile
+
+    def levels(self, profile) -> list[int]:
+        return sorted({lv for c in self.configs.values() for lv in c.levels})
+
+    def config_run(self, profile: str, config: str) -> RecordedConfig | None:
+        return self.configs.get(config)
+
+    def results(self, profile: str, config: str) -> dict[int, LevelResult]:
+        c = self.configs[config]
+        return {lv: c.measure(lv).result for lv in c.levels}
+
+    def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]:
+        c = self.configs[config]
+        return {lv: [s.result for s in c.level_starts(lv)] for lv in c.levels}
+
+    def record_ab(self, profile, doc) -> None:
+        self.recorded["ab"] = doc
