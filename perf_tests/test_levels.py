@@ -1,5 +1,5 @@
 """Per (config, level): the sustained-throughput floor and the latency ceilings from the baseline, request health,
-and the client's count against the server's."""
+the client's count against the server's, and (a shared-prefix workload) the prefix cache's share."""
 
 import pytest
 
@@ -8,6 +8,7 @@ from sglperf.decide import decide
 from sglperf.decide.count import ServerCount
 from sglperf.decide.floor import Floor, LatencyCeilings
 from sglperf.decide.health import RequestHealth
+from sglperf.decide.prefix import PrefixCache
 from sglperf.report import allure as report
 
 
@@ -44,3 +45,12 @@ def test_client_matches_server_count(perf_config, level, perf_level, request):
     if allure_on(request.config):
         report.label_level(run.profile.name, run.name, level, f"c{level}: client vs server count")
     settle(decide(ServerCount(level), run))
+
+
+@pytest.mark.workload("shared_prefix")
+def test_prefix_cache(perf_config, level, perf_level, request):
+    run = perf_config
+    if allure_on(request.config):
+        report.label_level(run.profile.name, run.name, level, f"c{level}: prefix cache")
+    with evidence_on_failure(request, run):
+        settle(decide(PrefixCache(level), run))

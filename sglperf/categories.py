@@ -14,6 +14,7 @@ class Category(Enum):
     REGRESSION = ("THROUGHPUT REGRESSION", "Throughput regression")
     LATENCY = ("LATENCY REGRESSION", "Latency regression")
     PLATEAU = ("KV PLATEAU VIOLATED", "KV plateau violated")
+    PREFIX_CACHE = ("PREFIX CACHE REGRESSION", "Prefix cache regression (shared prompts no longer served from cache)")
     INCONCLUSIVE = ("INCONCLUSIVE", "Inconclusive (re-run; the level needed more time than allowed)")
     INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
     INFRA = ("INFRASTRUCTURE", "Infrastructure (server failed to start or died)")
@@ -35,7 +36,7 @@ class Category(Enum):
         return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
 
 
-REGRESSION, LATENCY, PLATEAU, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED, WRONG = (
+REGRESSION, LATENCY, PLATEAU, PREFIX_CACHE, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED, WRONG = (
     c.prefix for c in Category)
 
 

@@ -65,6 +65,9 @@ class RequestRecord:
     # speculative decoding, from the final meta_info (SGLang): verify steps, and tokens accepted per verify step
     spec_verify_ct: int | None = None
     spec_accept_length: float | None = None
+    # prompt tokens the server served from its prefix cache (SGLang's meta_info cached_tokens, OpenAI's
+    # usage.prompt_tokens_details.cached_tokens, llama.cpp's tokens_cached)
+    server_cached_tokens: int | None = None
 
     @property
     def first_token_time(self) -> float | None:
@@ -105,6 +108,7 @@ class ServerSample:
     decode_steps_total: float | None = None
     busy_slot_steps_total: float | None = None
     spec_accept_length: float | None = None  # speculative decoding: the server's mean accepted tokens per verify step
+    cache_hit_rate: float | None = None  # the prefix cache's hit rate as the server reports it (sglang:cache_hit_rate)
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
     # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).
     time_uncertainty_s: float = 0.0
@@ -245,6 +249,13 @@ class LevelResult:
     acceptance_length: float | None = None
     acceptance_length_ci95: float | None = None
     server_accept_length: float | None = None
+    # a shared-prefix workload: the share of the window's prompt tokens the server served from its prefix cache
+    # (each request's cached_tokens), its 95% interval, the share the workload allows (its shared prefix over the
+    # prompt), and the server's own hit rate over the window; None where the workload shares nothing
+    prefix_cache_share: float | None = None
+    prefix_cache_share_ci95: float | None = None
+    prefix_cache_allowed: float | None = None
+    server_cache_hit_rate: float | None = None
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None
     client_late_share: float | None = None
@@ -336,13 +347,24 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     # worse is named apart from a verify step that got slower
     Metric("acceptance_length", "speculative acceptance length", "tokens/step", "higher", True,
            lambda r: r.acceptance_length, trend="acceptance"),
+    # a shared-prefix workload: the share of prompt tokens served from the prefix cache; judged by its own claim
+    # (decide/prefix.py), so a cache that stopped working is named apart from a slower engine
+    Metric("prefix_cache_share", "prefix cache share of prompt tokens", "share", "higher", True,
+           lambda r: r.prefix_cache_share, trend="prefix_cache"),
     Metric("goodput_tps", "goodput (output of requests that met the SLO)", "tok/s", "higher", False,
            lambda r: r.goodput_tps, trend="goodput_tps"),
     Metric("goodput_rps", "goodput (requests that met the SLO)", "req/s", "higher", False, lambda r: r.goodput_rps,
            trend="goodput_rps"),
 )}
 GATED = tuple(n for n, m in METRICS.items() if m.gated)  # what a baseline entry may hold
-HALF_WIDTH = {"sustained_output_tps": "sustained_output_tps_ci95", "acceptance_length": "acceptance_length_ci95"}
+HALF_WIDTH = {"sustained_output_tps": "sustained_output_tps_ci95", "acceptance_length": "acceptance_length_ci95",
+              "prefix_cache_share": "prefix_cache_share_ci95"}
+
+
+def value_format(metric: str) -> str:
+    """How a metric's values are written: ratios and tokens per step to 3 decimals, rates and times to 1."""
+    m = METRICS.get(metric)
+    return ",.3f" if m is not None and m.unit in ("share", "tokens/step") else ",.1f"
 
 
 def half_width(r, metric: str) -> float | None:

@@ -37,6 +37,19 @@ def other_pin(entries, fingerprint: dict) -> str | None:
             f"{'none' if now is None else f'{now:g}'} (SGLANG_SIMULATE_ACC_LEN): not the same measurement")
 
 
+OWN_CLAIM = ("prefix_cache_share",)  # gated metrics another claim judges (decide/prefix.py)
+
+
+def other_workload(entries, fingerprint: dict) -> str | None:
+    """Why a baseline taken under one workload cannot judge a run under another (a baseline that recorded none is
+    taken as the profile's own)."""
+    now = fingerprint.get("workload")
+    then = {e.fingerprint.get("workload") for e in entries if e.fingerprint} - {None}
+    if not then or now is None or then == {now}:
+        return None
+    return f"the baseline was taken under the workload {', '.join(sorted(then))}, this run under {now}"
+
+
 def _clean(starts):
     """The starts nothing disturbed decide, where there are any."""
     return [x for x in starts if not x.result.disturbances] or starts
@@ -56,10 +69,11 @@ class Floor:
             return Outcome.fail(failure)
         if bf is None:
             return Outcome.skip(no_baseline(ev, path))
-        entries = {k: e for k, e in bf.entries(ev.name, level).items() if not e.is_latency}
+        entries = {k: e for k, e in bf.entries(ev.name, level).items() if not e.is_latency and k not in OWN_CLAIM}
         if not entries:
             return Outcome.skip(f"{path} has no throughput entry for {ev.name} c{level}")
-        outside = ev.host_outside(bf) or other_pin(entries.values(), ev.fingerprint)
+        outside = (ev.host_outside(bf) or other_pin(entries.values(), ev.fingerprint)
+                   or other_workload(entries.values(), ev.fingerprint))
         if outside:  # measured and shown, neither passed nor failed: the baseline never measured this machine
             return Outcome.skip(f"{ev.where} c{level}: floor not judged: {outside} ({path})")
         return self._over_starts(ev, bf, path, entries, starts)

@@ -90,6 +90,7 @@ class SGLang(Engine):
         # written at its log points: --decode-log-interval, 40 steps by default)
         "decode_steps_total": Series("sglang:cuda_graph_passes_total", {"mode": "decode*"}),
         "spec_accept_length": Series("sglang:spec_accept_length", combine="mean"),
+        "cache_hit_rate": Series("sglang:cache_hit_rate", combine="mean"),  # a ratio per rank: averaged
     }
 
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:

@@ -104,7 +104,8 @@ def cpu_class(hardware_class: str) -> bool:
 
 
 def collect(engine, server_info: dict | None, argv_template: list[str], model_path: str | None,
-            server_env: dict | None = None, overrides: dict | None = None, host_speed: dict | None = None) -> dict:
+            server_env: dict | None = None, overrides: dict | None = None, host_speed: dict | None = None,
+            workload: str | None = None) -> dict:
     """The run's fingerprint. `engine` is the adapter (it says which hardware the server runs on); `argv_template`
     is the launch command as the profile writes it (hashed); `server_env` is what the server was started with;
     `host_speed` the CPU's speed probe taken before the server started (environment/host_speed.py)."""
@@ -134,6 +135,9 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
         # speculative decoding's acceptance pinned (SGLang's SGLANG_SIMULATE_ACC_LEN): throughput then measures the
         # verify step alone, and a baseline taken with one pin never judges a run with another
         "spec_accept_pin": accept_pin(server_env),
+        # what load the levels sent (profiles.WorkloadSection.describe): a baseline of one workload never judges
+        # another
+        "workload": workload,
     }
     fp.update(overrides_from_env())
     if overrides:
@@ -177,7 +181,7 @@ MATTERS = ("hardware_class", "cpu", "cpu_count", "driver", "cuda", "sglang", "sg
            "nccl", "transformers",
            "server_version", "kernel", "gpu_power_limit_w", "gpu_max_sm_clock_mhz", "gpu_ecc", "gpu_mig",
            "model_path", "model_revision", "server_args", "server_args_hash", "os", "python", "llama_cpp_python",
-           "spec_accept_pin")
+           "spec_accept_pin", "workload")
 
 
 def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:

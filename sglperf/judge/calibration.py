@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from scipy import stats
-from ..records import METRICS, half_width
+from ..records import METRICS, half_width, value_format
 from .noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_share
 from .noise import of as noise_of
 from .starts import first_kept, kept_starts
@@ -76,14 +76,15 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
                 f"run {noise.within:.2%}) over {n} runs -> tolerance {tol:.2%}; "
                 + _caught(noise, metric, floor, starts, target_drop))
         out.setdefault(cname, {})[lv] = {metric: Entry(
-            metric=metric, value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(noise.cv, 5), runs=n,
+            metric=metric, value=round(mean, 4 if abs(mean) < 10 else 2), tolerance=round(tol, 4),
+            noise_cv=round(noise.cv, 5), runs=n,
             noise_df=round(df, 1), within_cv=round(noise.within, 5), own_cv=round(own, 5), min_tolerance=floor,
             host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
             restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
             taken_at=now_iso(),
             source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
             fingerprint=last.config_fingerprint(cname), note=note)}
-        notes.append(f"{cname} c{lv}: mean {mean:,.1f}, {note}")
+        notes.append(f"{cname} c{lv}: mean {mean:{value_format(metric)}}, {note}")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
     speed = runs_host_speed(runs)
     if speed is not None:
@@ -269,9 +270,9 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
             more = now.runs_for(target_drop, starts, floor=floor)
             note += (f"; {target_drop:.0%} needs {more} runs" if more
                      else f"; no number of runs catches {target_drop:.0%}")
-        notes.append(f"{cname} c{lv}: mean {e.value:,.1f} -> {mean:,.1f}, {note}")
+        notes.append(f"{cname} c{lv}: mean {e.value:{value_format(metric)}} -> {mean:{value_format(metric)}}, {note}")
         out.setdefault(cname, {})[lv] = {metric: e.model_copy(update=dict(
-            value=round(mean, 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=n0 + n,
+            value=round(mean, 4 if abs(mean) < 10 else 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=n0 + n,
             noise_df=round(df, 1), within_cv=round(within, 5), own_cv=round(math.sqrt(ss / df_own), 5),
             host_cv=round(min(host, cv), 5) if n_hosts else None, hosts=n_hosts or None,
             restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,

@@ -13,7 +13,7 @@ from .noise import FALSE_ALARM, MIN_TOLERANCE
 from .noise import of as noise_of
 from ..categories import INCONCLUSIVE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
-from ..records import METRICS, LevelResult, half_width
+from ..records import METRICS, LevelResult, half_width, value_format
 from .disturbance import STEAL_NAMED, steal_share
 
 
@@ -182,7 +182,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
         outcome = "pass" if value * (1 + slack) >= bound else "regression"
         decided = (f"; its interval straddles the floor at the last start allowed: decided by the value against "
                    f"{bound:,.1f}, the bound for between-start and within-run noise together (0.5% false alarms)")
-    unit, fmt = METRICS[entry.metric].unit, ",.3f" if entry.metric == "acceptance_length" else ",.1f"
+    unit, fmt = METRICS[entry.metric].unit, value_format(entry.metric)
     ci_s = f" ± {ci:{fmt}}" if ci is not None else ""
     delta = f" ({value / entry.value - 1:+.1%} vs baseline)" if value else ""
     weighed = f", weighed by precision: worth {k:.1f} starts" if len(starts) > 1 and k < len(starts) - 0.05 else ""

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from orjson import dumps
 
-from .prompts import Prompt, PromptMaker, Tokenizer
+from .prompts import Prompt, PromptMaker, SharedPrefix, Tokenizer
 from ..records import FULL, OUTPUT_SAMPLE_EVERY, ClientSample, RequestRecord, Shape
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
@@ -67,6 +67,7 @@ class Workload:
     extra_body: dict = field(default_factory=dict)
     prompt_format: str = "ids"  # "ids" | "text" | "chat" (prompts.FORMATS)
     tokenizer: Tokenizer | None = field(default=None, compare=False, repr=False)
+    shared_prefix: SharedPrefix | None = None  # None: every prompt its own
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -75,11 +76,17 @@ class Workload:
             raise ValueError(f"bad vocabulary range [{self.vocab_low}, {self.vocab_high})")
         object.__setattr__(self, "_maker", PromptMaker(self.prompt_format, self.isl, seed=self.seed,
                                                        low=self.vocab_low, high=self.vocab_high,
-                                                       tokenizer=self.tokenizer))
+                                                       tokenizer=self.tokenizer, prefix=self.shared_prefix))
 
     def prompt(self, stream: int, index: int) -> Prompt:
-        """Seeded, different for every request, so prefix caching cannot help."""
+        """Seeded, different for every request: prefix caching cannot help, beyond a shared prefix's groups."""
         return self._maker.make(stream, index)
+
+    @property
+    def cache_allowed(self) -> float | None:
+        """The share of prompt tokens a prefix cache can serve once each group's prefix is cached (None: none)."""
+        p = self.shared_prefix
+        return None if p is None else p.tokens / self.isl
 
 
 
@@ -141,7 +148,7 @@ class _Progress:
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
                  "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
-                 "output_ids", "spec_verify_ct", "spec_accept_length")
+                 "output_ids", "spec_verify_ct", "spec_accept_length", "cached")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -156,6 +163,7 @@ class _Progress:
         self.output_ids: tuple[int, ...] | None = None
         self.spec_verify_ct: int | None = None
         self.spec_accept_length: float | None = None
+        self.cached: int | None = None
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -178,7 +186,7 @@ class _Progress:
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
                              self.count_source, self.server_ttft, self.output_ids, self.spec_verify_ct,
-                             self.spec_accept_length)
+                             self.spec_accept_length, self.cached)
 
 
 class LoadGenerator:

@@ -405,7 +405,8 @@ def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decisi
     m = monitors
     result = level_result(records, concurrency=spec.concurrency, rate=spec.rate, isl=workload.isl, osl=workload.osl,
                           policy=policy, end=end, prompt_check="chat" if workload.prompt_format == "chat" else "exact",
-                          samples=LevelSamples(m.scraper.samples, client_samples, m.host.samples, m.gpu.samples))
+                          samples=LevelSamples(m.scraper.samples, client_samples, m.host.samples, m.gpu.samples),
+                          cache_allowed=workload.cache_allowed)
     warnings = result.warnings + tuple(e for e in (m.gpu.error, m.faults.error, m.host.error) if e)
     if m.faults.faults:  # a GPU that reported a fault measured a broken machine, whatever the numbers say
         faults = tuple(f"GPU fault: {f}" for f in m.faults.faults)

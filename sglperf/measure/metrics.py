@@ -447,11 +447,13 @@ def whole_run(ok: list[RequestRecord], done: list[RequestRecord]) -> tuple[float
 def level_result(records: list[RequestRecord], *, concurrency: int | None, rate: float | None, isl: int, osl: int,
                  policy: MeasurementPolicy, now: float | None = None, samples: LevelSamples = LevelSamples(),
                  end: LevelEnd = LevelEnd(), prompt_check: str = "exact", latencies: bool = True,
-                 arrivals: tuple[np.ndarray, np.ndarray] | None = None) -> LevelResult:
+                 arrivals: tuple[np.ndarray, np.ndarray] | None = None,
+                 cache_allowed: float | None = None) -> LevelResult:
     """The level's numbers and its validity. `prompt_check`: "exact" (the server must count ISL prompt tokens) or
     "chat" (ISL plus one constant chat-template overhead). `latencies=False`: TTFT, TPOT and ITL are left empty
     (E2E is kept): a check in the middle of a level needs only the throughput. `arrivals`: token_arrivals(records),
-    where the caller keeps them (ArrivalLog)."""
+    where the caller keeps them (ArrivalLog). `cache_allowed`: the share of prompt tokens a shared-prefix workload
+    lets a prefix cache serve (None: a workload that shares nothing)."""
     times, tokens = arrivals if arrivals is not None else token_arrivals(records)
     st = level_stats(records, concurrency=concurrency, rate=rate, policy=policy, now=now, samples=samples, end=end,
                      latencies=latencies, arrivals=(times, tokens))
@@ -480,6 +482,7 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         slo_met_share=good_share,
         count_source=Counter(r.count_source for r in st.ok).most_common(1)[0][0] if st.ok else None,
         **acceptance(st.ok, w, samples.server),
+        **prefix_cache(st.ok, w, samples.server, cache_allowed),
     )
 
 
@@ -501,3 +504,29 @@ def acceptance(done: list[RequestRecord], window, server) -> dict:
              and (window is None or window[0] <= s.time <= window[1])]
     return dict(acceptance_length=round(mean, 4), acceptance_length_ci95=None if half is None else round(half, 4),
                 server_accept_length=round(sum(gauge) / len(gauge), 4) if gauge else None)
+
+
+def prefix_cache(done: list[RequestRecord], window, server, allowed: float | None) -> dict:
+    """A shared-prefix workload's reuse over the requests that finished inside the window: the share of their
+    prompt tokens the server served from its prefix cache (sum of cached_tokens over sum of prompt tokens), with a
+    95% t interval over the requests (a ratio estimator's standard error), beside the share the workload allows and
+    the server's own hit rate averaged over the window's scrapes. Nothing where the workload shares no prefix; a
+    share of None where the server reports no cached tokens."""
+    if allowed is None:
+        return {}
+    inside = [r for r in done if window is None or window[0] <= r.end_time <= window[1]]
+    rated = [r for r in inside if r.server_cached_tokens is not None and r.prompt_tokens > 0]
+    gauge = [s.cache_hit_rate for s in server if s.cache_hit_rate is not None
+             and (window is None or window[0] <= s.time <= window[1])]
+    out = dict(prefix_cache_allowed=round(allowed, 4),
+               server_cache_hit_rate=round(sum(gauge) / len(gauge), 4) if gauge else None)
+    if not rated:
+        return out
+    c = np.array([min(r.server_cached_tokens, r.prompt_tokens) for r in rated], dtype=float)
+    p = np.array([r.prompt_tokens for r in rated], dtype=float)
+    share = float(c.sum() / p.sum())
+    n = len(rated)
+    half = (float(stats.t.ppf(0.975, n - 1) * np.sqrt(((c - share * p) ** 2).sum() / (n - 1) / n) / p.mean())
+            if n > 1 else None)
+    return dict(out, prefix_cache_share=round(share, 4),
+                prefix_cache_share_ci95=None if half is None else round(half, 4))

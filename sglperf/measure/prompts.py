@@ -31,6 +31,15 @@ class Prompt:
     tokens: int = 0  # how many tokens the prompt is, by the tokenizer that made it
 
 
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A shared-prefix workload (bench_serving's generated-shared-prefix): `groups` system prompts of `tokens` tokens;
+    each request takes one group's, chosen from its seeded key, then a question of its own."""
+
+    groups: int
+    tokens: int
+
+
 class Tokenizer:
     """Hugging Face `tokenizers`, from a tokenizer.json file, a directory holding one, or a model in the local HF
     cache (through transformers, local files only, where it is installed)."""
@@ -95,7 +104,8 @@ def exact_text(tok: Tokenizer, rng: np.random.Generator, isl: int, low: int, hig
 class PromptMaker:
     """The prompt of request `index` of stream `stream`: seeded, so the same whatever runs it."""
 
-    def __init__(self, fmt: str, isl: int, *, seed: int, low: int, high: int, tokenizer: Tokenizer | None = None):
+    def __init__(self, fmt: str, isl: int, *, seed: int, low: int, high: int, tokenizer: Tokenizer | None = None,
+                 prefix: SharedPrefix | None = None):
         if fmt not in FORMATS:
             raise UsageError(f"prompt format {fmt!r} is not one of {', '.join(FORMATS)}")
         if fmt != "ids" and tokenizer is None:
@@ -103,22 +113,54 @@ class PromptMaker:
                              f"prompts of exactly {isl} tokens")
         if tokenizer is not None:
             high = min(high, tokenizer.vocab_size)
+        if prefix is not None and not 0 < prefix.tokens < isl:
+            raise UsageError(f"a shared prefix of {prefix.tokens} tokens does not fit prompts of {isl}")
         self.fmt, self.isl, self.seed, self.low, self.high, self.tokenizer = fmt, isl, seed, low, high, tokenizer
+        self.prefix = prefix
         self._pool: np.ndarray | None = None  # drawn at the first prompt
+        self._prefixes: dict[int, Prompt] = {}
 
     def __getstate__(self) -> dict:
         """A client process (--client-procs) draws the same pool from the seed, not 8 MB through a pipe."""
         return {**self.__dict__, "_pool": None}
 
     def make(self, stream: int, index: int) -> Prompt:
+        if self.prefix is not None:
+            return self._shared(stream, index)
+        return self._own(stream, index, self.isl)
+
+    def _shared(self, stream: int, index: int) -> Prompt:
+        """One group's prefix, then a question of ISL - prefix tokens of the request's own (text: drawn again until
+        the two together are exactly ISL tokens, so a word that merges across the join is never miscounted)."""
+        group = _mix(request_key(self.seed, stream, index) ^ 0x9F1) % self.prefix.groups
+        head = self._prefixes.get(group) or self._prefixes.setdefault(group, self._group_prefix(group))
+        q = self.isl - self.prefix.tokens
+        if self.fmt == "ids":
+            return Prompt(ids=head.ids + self._own(stream, index, q).ids, tokens=self.isl)
+        rng = np.random.default_rng([self.seed, stream, index])
+        for _ in range(20):
+            text = head.text + exact_text(self.tokenizer, rng, q, self.low, self.high)
+            if self.tokenizer.count(text) == self.isl:
+                return Prompt(text=text, tokens=self.isl)
+        raise TokenizerError(f"--tokenizer {self.tokenizer.name}: a shared prefix and a question did not join into "
+                             f"exactly {self.isl} tokens in 20 tries; narrow the vocabulary range to plain words")
+
+    def _group_prefix(self, group: int) -> Prompt:
+        rng = np.random.default_rng([self.seed, 0x5EED, group])
+        if self.fmt == "ids":
+            return Prompt(ids=rng.integers(self.low, self.high, self.prefix.tokens).tolist(), tokens=self.prefix.tokens)
+        return Prompt(text=exact_text(self.tokenizer, rng, self.prefix.tokens, self.low, self.high) + " ",
+                      tokens=self.prefix.tokens)
+
+    def _own(self, stream: int, index: int, isl: int) -> Prompt:
         if self.fmt == "ids":
             pool = self._pool if self._pool is not None else self._make_pool()
             key = request_key(self.seed, stream, index)
-            head = [self.low + _mix(key + k) % (self.high - self.low) for k in range(min(HEAD, self.isl))]
-            at = key % (len(pool) - self.isl + 1)
-            return Prompt(ids=head + pool[at + len(head):at + self.isl].tolist(), tokens=self.isl)
+            head = [self.low + _mix(key + k) % (self.high - self.low) for k in range(min(HEAD, isl))]
+            at = key % (len(pool) - isl + 1)
+            return Prompt(ids=head + pool[at + len(head):at + isl].tolist(), tokens=isl)
         rng = np.random.default_rng([self.seed, stream, index])
-        return Prompt(text=exact_text(self.tokenizer, rng, self.isl, self.low, self.high), tokens=self.isl)
+        return Prompt(text=exact_text(self.tokenizer, rng, isl, self.low, self.high), tokens=isl)
 
     POOL = 1 << 20  # ids drawn once per process; a prompt is a window of ISL of them
 

@@ -125,6 +125,7 @@ class NativeGenerate(Wire):
             verify, accept = meta.get("spec_verify_ct"), meta.get("spec_accept_length")  # speculative decoding
             if type(verify) is int and verify > 0 and isinstance(accept, (int, float)) and 0 < accept < 1e3:
                 p.spec_verify_ct, p.spec_accept_length = verify, float(accept)
+            p.cached = count_or_none(meta.get("cached_tokens"))  # its radix cache's share of the prompt
             ttft = meta.get("first_token_latency")  # SGLang with --enable-metrics: its own TTFT, seconds
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and 0 <= ttft < 1e6:
                 p.server_ttft = float(ttft)
@@ -193,6 +194,9 @@ class OpenAICompletions(Wire):
         if ct is not None:
             p.server_completion = ct
             p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
+            details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
+            if isinstance(details, dict) and (cached := count_or_none(details.get("cached_tokens"))) is not None:
+                p.cached = cached
             if choices:  # per-chunk usage: exact; a usage-only closing chunk is reconciled at the end
                 count = ct
                 p.count_source = "usage"
@@ -226,3 +230,8 @@ def by_name(name: str) -> Wire:
         return WIRES[name]
     except KeyError:
         raise ValueError(f"unknown API {name!r} (known: {', '.join(WIRES)})") from None
+
+
+def count_or_none(x) -> int | None:
+    """A token count a server reported, or None where it is not a plausible one (absent, not an integer, negative)."""
+    return x if type(x) is int and 0 <= x < 1 << 40 else None

@@ -65,21 +65,47 @@ class WorkloadSection(Strict):
     vocab_high: int = Field(30000, gt=0)
     seed: int = 0
     request_rate: Literal["inf"] = "inf"  # closed loop at each level, as the seed (--request-rate 999)
+    # "random": every prompt its own, as the seed's random 128/128 (prefix caching cannot help); "shared_prefix":
+    # each prompt is one of `prefix_groups` system prompts of `prefix_tokens` tokens, then a question of its own
+    # (isl - prefix_tokens), as bench_serving's generated-shared-prefix
+    kind: Literal["random", "shared_prefix"] = "random"
+    prefix_groups: int | None = Field(None, ge=1, le=4096)
+    prefix_tokens: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _range(self):
         if self.vocab_low >= self.vocab_high:
             raise ValueError(f"vocab_low ({self.vocab_low}) must be below vocab_high ({self.vocab_high})")
+        shared = (self.prefix_groups, self.prefix_tokens)
+        if self.kind == "shared_prefix":
+            if None in shared:
+                raise ValueError("kind = \"shared_prefix\" needs prefix_groups and prefix_tokens")
+            if self.prefix_tokens >= self.isl:
+                raise ValueError(f"prefix_tokens ({self.prefix_tokens}) must be below isl ({self.isl}): each prompt "
+                                 f"ends in a question of its own")
+        elif shared != (None, None):
+            raise ValueError(f"prefix_groups and prefix_tokens are for kind = \"shared_prefix\" (kind is "
+                             f"{self.kind!r})")
         return self
+
+    def describe(self) -> str:
+        """The workload in a few words, in the fingerprint: a baseline of one workload never judges another."""
+        if self.kind == "shared_prefix":
+            return (f"shared_prefix {self.isl}/{self.osl}: {self.prefix_groups} groups x {self.prefix_tokens}-token "
+                    f"prefix")
+        return f"random {self.isl}/{self.osl}"
 
     def client_workload(self, tokenizer: str | None = None):
         """The client's Workload; `tokenizer` overrides the profile's (paths differ between machines)."""
         from ..measure.client import Workload
+        from ..measure.prompts import SharedPrefix
         from ..measure.prompts import Tokenizer
 
         name = tokenizer or self.tokenizer
+        prefix = SharedPrefix(self.prefix_groups, self.prefix_tokens) if self.kind == "shared_prefix" else None
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
-                        prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None)
+                        prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None,
+                        shared_prefix=prefix)
 
 
 # Keys a profile may still use for one release, and what replaced them (the deprecation line names the new key).

@@ -252,7 +252,7 @@ class Servers:
             raise UsageError(f"profile {prof.name}: [workload] vocab_low/vocab_high: {problem}; set vocab_high to "
                              f"at most {conn.vocab_size}")
         fp = fingerprint.collect(engine, conn.server_info, template, prof.model_path(self.opts.model_path),
-                                 server_env=dict(prof.server.env), host_speed=speed)
+                                 server_env=dict(prof.server.env), host_speed=speed, workload=w.describe())
         run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info,
                         engine.ceiling(conn.server_info, w.isl, w.osl), fp, lock)
         rec = self.recorder(prof)

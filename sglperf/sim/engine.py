@@ -109,6 +109,7 @@ class SimRequest:
     finish_reason: str | None = None
     verify_ct: int = 0  # speculative verify steps this request took part in
     accepted: int = 0  # tokens those steps gave it
+    cached: int = 0  # leading prompt tokens the prefix cache holds: never prefilled (sim/radix.py)
 
     @property
     def seq_len(self) -> int:
@@ -190,7 +191,7 @@ class Engine:
         self._run_factor = float(np.clip(rng.normal(1.0, cv), 0.5, 1.5)) if cv > 0 else 1.0
 
     # ---------------------------------------------------------------- requests
-    def add_request(self, rid: str, input_len: int, max_new_tokens: int) -> SimRequest:
+    def add_request(self, rid: str, input_len: int, max_new_tokens: int, cached: int = 0) -> SimRequest:
         cfg = self.config
         if input_len < 1:
             raise ValueError("The input is empty.")
@@ -208,7 +209,7 @@ class Engine:
             raise ValueError(f"The request needs {input_len + max_new_tokens} KV tokens, more than the pool holds.")
         if cfg.max_queued_requests is not None and len(self.waiting) >= cfg.max_queued_requests:
             raise QueueFull("The request queue is full.")
-        req = SimRequest(rid, input_len, max(0, max_new_tokens), self.now)
+        req = SimRequest(rid, input_len, max(0, max_new_tokens), self.now, cached=min(cached, input_len - 1))
         self.requests[rid] = req
         if req.max_new_tokens == 0:
             req.state, req.finish_reason, req.finish_time = FINISHED, "length", self.now
@@ -287,11 +288,11 @@ class Engine:
             reserve = now_pages + (total_pages - now_pages) * self.new_token_ratio
             if reserve > free or now_pages > cfg.num_pages - self.used_pages:
                 break
-            n = min(r.prefill_target, budget)
-            if n < r.prefill_target and cfg.chunked_prefill_size <= 0:
+            n = min(r.prefill_target - r.cached, budget)
+            if n < r.prefill_target - r.cached and cfg.chunked_prefill_size <= 0:
                 break
             self.waiting.popleft()
-            r.state, r.prefilled = PREFILLING, 0
+            r.state, r.prefilled = PREFILLING, r.cached
             r.pages = now_pages
             self.used_pages += now_pages
             free -= reserve

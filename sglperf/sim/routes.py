@@ -244,7 +244,7 @@ class Routes:
                 "num_used_tokens": used, "num_total_tokens": srv.res.max_total_num_tokens,
                 "num_active_tokens": eng.used_tokens, "max_total_num_tokens": srv.res.max_total_num_tokens,
                 "max_running_requests": srv.res.max_running_requests, "token_usage": srv.token_usage(),
-                "gen_throughput": srv.last_gen_throughput, "cache_hit_rate": 0.0,
+                "gen_throughput": srv.last_gen_throughput, "cache_hit_rate": srv.radix.hit_rate,
                 "utilization": 1.0 if eng.has_work else 0.0,
                 "total_prefill_uncached_tokens": eng.stats.prefill_compute_tokens,
                 "total_decode_tokens": eng.stats.decode_tokens,
@@ -258,6 +258,7 @@ class Routes:
                 return web.Response(status=400, text="Timed out waiting for idle state." if timeout else
                                     "Flush cache failed.")
             await asyncio.sleep(0.05)
+        self.srv.radix.flush()
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
 

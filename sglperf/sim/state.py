@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import args as sim_args
+from .radix import RadixCache
 from .engine import Engine, EngineConfig, StepResult
 
 log = logging.getLogger("sglang")
@@ -47,6 +48,7 @@ class Stream:
     fault: str | None = None  # "abort" | "error" | "truncate" | "short"
     fault_at: int = 0
     degenerate: bool = False  # --fault-degenerate-output: every token id 0, at the same speed
+    cached_tokens: int = 0  # the prompt's prefix its prefix cache served (sim/radix.py)
 
     def output_ids(self, vocab: int, n: int | None = None) -> list[int]:
         """A greedy model's output: the same prompt gives the same ids, at any speed."""
@@ -54,6 +56,18 @@ class Stream:
         if self.degenerate:
             return [0] * n
         return [(self.base_id + 7919 * i) % vocab for i in range(n)]
+
+
+def prompt_ids(prompt, input_len: int, base: int) -> list[int]:
+    """The prompt as tokens for the prefix cache: its ids, its words (the simulator's tokenizer: one per word), or a
+    chat's messages as one text; a request without a prompt shares nothing."""
+    if isinstance(prompt, list) and all(type(x) is int for x in prompt):
+        return prompt
+    if isinstance(prompt, list):  # chat messages
+        prompt = " ".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in prompt)
+    if isinstance(prompt, str):
+        return [zlib.crc32(w.encode()) for w in prompt.split()]
+    return [base ^ i for i in range(input_len)]
 
 
 def text_of(ids: list[int]) -> str:
@@ -91,6 +105,7 @@ class Metrics:
         self.max_total_num_tokens = gauge("max_total_num_tokens", "Maximum total number of tokens in the KV pool.")
         self.num_retracted_reqs = gauge("num_retracted_reqs", "The number of retracted requests.")
         self.spec_accept_length = gauge("spec_accept_length", "The average acceptance length of speculative decoding.")
+        self.cache_hit_rate = gauge("cache_hit_rate", "The prefix cache hit rate.")
         self.realtime_tokens = Counter("sglang:realtime_tokens", "Tokens processed, by mode.", names + ["mode"],
                                        registry=r)
         for mode in ("prefill_compute", "prefill_cache", "decode"):
@@ -147,6 +162,7 @@ class SimServer:
             seed=a.noise_seed if a.noise_seed is not None else int.from_bytes(os.urandom(4), "little"),
         )
         self.engine = Engine(cfg)
+        self.radix = RadixCache(res.max_total_num_tokens, enabled=not a.disable_radix_cache)
         self.rng = np.random.default_rng(res.random_seed + 1)
         self.streams: dict[str, Stream] = {}
         self.requests_seen = 0  # requests received (--fault-degenerate-output counts them)
@@ -282,6 +298,7 @@ class SimServer:
         m.gen_throughput.set(self.last_gen_throughput)
         if eng.stats.spec_verify:
             m.spec_accept_length.set(eng.stats.spec_accepted / eng.stats.spec_verify)
+        m.cache_hit_rate.set(self.radix.hit_rate)
 
     # ------------------------------------------------------------------ requests
     def new_stream(self, input_len: int, max_new: int, rid: str | None = None, prompt=None) -> Stream:
@@ -302,7 +319,8 @@ class SimServer:
                 if kind == "error" and self.rng.random() < 0.5:
                     st.fault = "abort"
                 break
-        self.engine.add_request(rid, input_len, max_new)
+        st.cached_tokens = self.radix.admit(prompt_ids(prompt, input_len, base))
+        self.engine.add_request(rid, input_len, max_new, cached=st.cached_tokens)
         self.streams[rid] = st
         self.wake.set()
         return st
@@ -344,7 +362,7 @@ class SimServer:
     def meta(self, st: Stream, final: bool) -> dict:
         meta = {"id": st.rid, "finish_reason": st.finish_reason if final else None, "prompt_tokens": st.input_len,
                 "weight_version": "default", "num_retractions": st.num_retractions, "reasoning_tokens": 0,
-                "completion_tokens": st.output_len, "cached_tokens": 0}
+                "completion_tokens": st.output_len, "cached_tokens": st.cached_tokens}
         if final:
             meta["e2e_latency"] = time.time() - st.received
             if st.verify_ct:  # SGLang's speculative fields, in its final meta_info

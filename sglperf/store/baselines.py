@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..categories import UsageError
 from ..environment import fingerprint, host_speed
 from ..fileio import atomic_write_json, lock_for, read_json
-from ..records import GATED, METRICS
+from ..records import GATED, METRICS, value_format
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
@@ -270,9 +270,10 @@ def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = Fa
         cname, lv, m = key
         before, e = old_entries.get(key), new_entries.get(key)
         if e is None:
-            lines.append(f"- {cname} c{lv} {m}: {before.value:,.1f} REMOVED (the new file has no entry for it)")
+            lines.append(f"- {cname} c{lv} {m}: {before.value:{value_format(m)}} REMOVED (the new file has no entry "
+                         f"for it)")
         elif before is None:
-            lines.append(f"+ {cname} c{lv} {m}: {e.value:,.1f} (tolerance {e.tolerance:.1%})")
+            lines.append(f"+ {cname} c{lv} {m}: {e.value:{value_format(m)}} (tolerance {e.tolerance:.1%})")
         elif before.value != e.value or before.tolerance != e.tolerance:
             lines.append(f"~ {cname} c{lv} {m}: {before.value:,.1f} → {e.value:,.1f} "
                          f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "

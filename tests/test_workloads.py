@@ -1,0 +1,131 @@
+"""Workloads beyond random prompts: a shared prefix (bench_serving's generated-shared-prefix) whose prompts a prefix
+cache can serve, measured per level as the share of prompt tokens the server took from cache, and judged apart from
+throughput (a cache turned off can leave throughput inside its floor)."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from sglperf.decide.floor import other_workload
+from sglperf.measure.metrics import prefix_cache
+from sglperf.measure.prompts import PromptMaker, SharedPrefix
+from sglperf.measure.wire import NATIVE, by_name
+from sglperf.records import RequestRecord, ServerSample
+from sglperf.run import profiles
+from sglperf.sim.radix import RadixCache
+
+from .conftest import user_env
+from .test_faults import ROOT
+
+
+def test_shared_prefix_prompts_share_their_groups_prefix_exactly_and_nothing_more():
+    maker = PromptMaker("ids", 128, seed=0, low=100, high=32000, prefix=SharedPrefix(groups=4, tokens=96))
+    prompts = [maker.make(s, i).ids for s in range(4) for i in range(50)]
+    assert all(len(p) == 128 for p in prompts)
+    heads = {tuple(p[:96]) for p in prompts}
+    assert len(heads) == 4, "four groups, four system prompts"
+    for a in prompts[:20]:
+        for b in prompts[20:40]:
+            shared = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), 128)
+            # one group: exactly its prefix, the questions differ from their first token; two groups: less
+            assert shared == 96 if a[:96] == b[:96] else shared < 96
+    assert maker.make(2, 7).ids == PromptMaker("ids", 128, seed=0, low=100, high=32000,
+                                               prefix=SharedPrefix(4, 96)).make(2, 7).ids, "seeded"
+
+
+@pytest.mark.parametrize("workload, words", [
+    ({"kind": "shared_prefix", "prefix_groups": 4}, "needs prefix_groups and prefix_tokens"),
+    ({"kind": "shared_prefix", "prefix_groups": 4, "prefix_tokens": 128}, "must be below isl (128)"),
+    ({"prefix_groups": 4, "prefix_tokens": 64}, "are for kind = \"shared_prefix\""),
+    ({"kind": "zipf"}, "kind"),
+])
+def test_a_shared_prefix_workload_that_cannot_be_made_is_refused_naming_the_key(workload, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        profiles.WorkloadSection(isl=128, osl=32, **workload)
+
+
+def test_the_workload_is_described_in_the_fingerprint_and_a_baseline_of_another_never_judges():
+    w = profiles.WorkloadSection(isl=128, osl=32, kind="shared_prefix", prefix_groups=8, prefix_tokens=96)
+    assert w.describe() == "shared_prefix 128/32: 8 groups x 96-token prefix"
+    assert w.client_workload().cache_allowed == 0.75
+    assert profiles.WorkloadSection(isl=32, osl=32).client_workload().cache_allowed is None
+    entry = SimpleNamespace(fingerprint={"workload": "random 128/32"})
+    assert "under the workload random 128/32, this run under shared_prefix" in other_workload(
+        [entry], {"workload": w.describe()})
+    assert other_workload([SimpleNamespace(fingerprint={})], {"workload": w.describe()}) is None, "older baselines"
+
+
+def rec(i, prompt, cached, end=5.0):
+    return RequestRecord(i, 0.0, end, prompt, 32, (1.0,), (32,), prompt, 32, "length", server_cached_tokens=cached)
+
+
+def test_a_levels_cache_share_is_its_windows_cached_prompt_tokens_over_its_prompt_tokens_with_an_interval():
+    done = [rec(i, 128, 96 if i % 4 else 0) for i in range(40)] + [rec(99, 128, 128, end=50.0)]
+    gauge = [ServerSample(2.0, cache_hit_rate=0.7), ServerSample(3.0, cache_hit_rate=0.5)]
+    out = prefix_cache(done, (1.0, 10.0), gauge, 0.75)
+    assert out["prefix_cache_share"] == pytest.approx(0.75 * 30 / 40)
+    assert 0 < out["prefix_cache_share_ci95"] < 0.15
+    assert out["prefix_cache_allowed"] == 0.75 and out["server_cache_hit_rate"] == 0.6
+    assert prefix_cache(done, (1.0, 10.0), [], None) == {}, "a random workload records nothing"
+    assert "prefix_cache_share" not in prefix_cache([rec(0, 128, None)], None, [], 0.75), "a server that says nothing"
+
+
+def test_cached_tokens_are_read_from_sglangs_meta_info_and_openais_usage_details():
+    from sglperf.measure.client import _Progress
+
+    p = _Progress(0, 0.0, 128, 32)
+    NATIVE.chunk({"meta_info": {"finish_reason": {"type": "length"}, "prompt_tokens": 128, "completion_tokens": 32,
+                                "cached_tokens": 96}}, p, 0)
+    assert p.cached == 96
+    q = _Progress(0, 0.0, 128, 32)
+    by_name("openai").chunk({"choices": [], "usage": {"prompt_tokens": 128, "completion_tokens": 32,
+                                                      "prompt_tokens_details": {"cached_tokens": 64}}}, q, 0)
+    assert q.cached == 64
+    r = _Progress(0, 0.0, 128, 32)
+    NATIVE.chunk({"meta_info": {"finish_reason": {"type": "length"}, "cached_tokens": "96"}}, r, 0)
+    assert r.cached is None, "not a count: not believed"
+
+
+def test_the_simulators_prefix_cache_serves_a_shared_prefix_and_nothing_when_disabled_or_flushed():
+    cache = RadixCache(1000)
+    assert cache.admit([1, 2, 3, 4, 5]) == 0
+    assert cache.admit([1, 2, 3, 9, 9]) == 3
+    assert cache.admit([1, 2, 3, 4, 5]) == 4, "the last prompt token is always computed"
+    cache.flush()
+    assert cache.admit([1, 2, 3, 4, 5]) == 0
+    assert RadixCache(1000, enabled=False).admit([1, 2]) == 0
+    small = RadixCache(4)
+    small.admit([1, 2, 3, 4])
+    small.admit([5, 6, 7, 8])
+    assert small.admit([1, 2, 3, 4]) == 0, "least recently used out first"
+
+
+def prefix_suite(tmp_path, *args):
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-rs", "-p", "no:randomly", "--profile",
+                        "sim-prefix", "--reports-dir", str(tmp_path / "reports"), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=user_env())
+    return p, p.stdout + p.stderr
+
+
+def test_a_shared_prefix_run_judges_its_cache_and_a_disabled_radix_cache_fails_in_its_own_category(tmp_path):
+    p, out = prefix_suite(tmp_path, "--levels", "12")
+    assert p.returncode == 0, out[-3000:]
+    assert "test_prefix_cache" not in out or "FAILED" not in out
+    run = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
+    level = run["configs"]["radix"]["levels"]["12"]
+    assert level["prefix_cache_allowed"] == 0.75 and 0.6 < level["prefix_cache_share"] <= 0.75
+    assert run["fingerprint"]["workload"] == "shared_prefix 128/32: 8 groups x 96-token prefix"
+    p, out = prefix_suite(tmp_path / "off", "--levels", "12", "--server-arg=--disable-radix-cache")
+    assert p.returncode == 1, out[-3000:]
+    assert ("PREFIX CACHE REGRESSION: sim-prefix/radix c12: 0.000 ± 0.000 of prompt tokens served from the prefix "
+            "cache, the workload allows 0.750") in out
+    assert "THROUGHPUT REGRESSION" not in out, "throughput alone would not have seen it"
+
+
+def test_a_random_workloads_run_has_no_prefix_cache_items(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "--collect-only", "-q", "-m", "sim", "--profile",
+                        "sim-ci"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env())
+    assert p.returncode == 0 and "test_prefix_cache" not in p.stdout, p.stdout[-2000:]
