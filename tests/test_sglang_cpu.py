@@ -49,3 +49,29 @@ def test_a_flag_sglang_refuses_fails_at_start_in_sglangs_words_with_its_value_re
     assert p.returncode == 1
     assert "ValueError: --ssl-keyfile-password has no effect without --ssl-certfile and --ssl-keyfile." in out
     assert "PW-789-sglperf" not in out and leaked([tmp_path / "reports"], ["PW-789-sglperf"]) == []
+
+
+def test_real_sglangs_radix_cache_serves_a_shared_prefix_and_disabling_it_fails_as_a_prefix_cache_regression(tmp_path):
+    """Real SGLang 0.5.23 on the CPU under cpu-sglang-prefix (4 groups x 96-token prefixes of 128-token prompts): its
+    radix cache serves about 0.75 of the prompt tokens (each request's meta_info cached_tokens), its own hit rate
+    agrees; started with --disable-radix-cache it serves none, and the prefix cache claim says so in its own
+    category."""
+    _require_sglang()
+
+    def suite(reports, *args):
+        cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang",
+               "--profile", "cpu-sglang-prefix", "-k", "prefix_cache or request_health", "--reports-dir",
+               str(reports), *args]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = suite(tmp_path / "on")
+    assert p.returncode == 0, out[-3000:]
+    (run_file,) = (tmp_path / "on" / "runs").glob("*.json")
+    level = json.loads(run_file.read_text())["configs"]["radix"]["levels"]["4"]
+    assert level["prefix_cache_allowed"] == 0.75 and 0.6 < level["prefix_cache_share"] <= 0.75, level
+    assert abs(level["server_cache_hit_rate"] - level["prefix_cache_share"]) < 0.1
+    p, out = suite(tmp_path / "off", "--server-arg=--disable-radix-cache")
+    assert p.returncode == 1, out[-3000:]
+    assert ("PREFIX CACHE REGRESSION: cpu-sglang-prefix/radix c4: 0.000 ± 0.000 of prompt tokens served from the "
+            "prefix cache, the workload allows 0.750") in out
