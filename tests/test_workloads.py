@@ -129,3 +129,21 @@ def test_a_random_workloads_run_has_no_prefix_cache_items(tmp_path):
     p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "--collect-only", "-q", "-m", "sim", "--profile",
                         "sim-ci"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=user_env())
     assert p.returncode == 0 and "test_prefix_cache" not in p.stdout, p.stdout[-2000:]
+
+
+def test_bench_sends_a_shared_prefix_and_prints_the_cache_share_beside_what_it_allows(start_sim, tmp_path):
+    srv = start_sim("--enable-metrics")
+    out_json = tmp_path / "run.json"
+    p = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8", "--isl", "128",
+                        "--osl", "32", "--shared-prefix", "8,96", "--ci-target", "0.05", "--max-seconds", "20",
+                        "--json", str(out_json)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cache/allowed" in p.stdout and "/0.750" in p.stdout
+    (level,) = json.loads(out_json.read_text())["configs"]["bench"]["levels"].values()
+    assert 0.6 < level["prefix_cache_share"] <= 0.75
+    bad = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--isl", "64",
+                          "--shared-prefix", "8,64"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--shared-prefix 8,64: the prefix must be shorter than --isl 64" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--shared-prefix", "8"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected GROUPS,TOKENS" in bad.stderr

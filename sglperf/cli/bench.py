@@ -19,7 +19,7 @@ from ..measure.client import Workload
 from ..measure.level import LevelSpec, parse_levels, run_level
 from ..measure.metrics import MeasurementPolicy
 from ..measure.negotiate import connect
-from ..measure.prompts import FORMATS, Tokenizer
+from ..measure.prompts import FORMATS, SharedPrefix, Tokenizer
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
@@ -46,6 +46,17 @@ def vocab_range(text: str) -> tuple[int, int]:
     if not 0 <= low < high:
         raise argparse.ArgumentTypeError(f"expected 0 <= LOW < HIGH, got {text!r}")
     return low, high
+
+
+def shared_prefix(text: str) -> SharedPrefix:
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        groups, tokens = (int(x) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GROUPS,TOKENS (two integers, e.g. 8,96), got {text!r}") from None
+    if groups < 1 or tokens < 1:
+        raise argparse.ArgumentTypeError(f"expected GROUPS >= 1 and TOKENS >= 1, got {text!r}")
+    return SharedPrefix(groups, tokens)
 
 
 def float_list(text: str) -> list[float]:
@@ -79,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--osl", type=positive("--osl", int, "128"), default=128)
     p.add_argument("--vocab-range", type=vocab_range, default=None, help="prompt ids are drawn from [LOW,HIGH) "
                    "(default: from the served model's vocabulary V, [min(1000, V/4), V); else from --tokenizer's)")
+    p.add_argument("--shared-prefix", type=shared_prefix, default=None, metavar="GROUPS,TOKENS",
+                   help="a shared-prefix workload: each prompt is one of GROUPS system prompts of TOKENS tokens, then "
+                        "a question of its own (ISL - TOKENS); the table shows the share served from the prefix cache")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
     p.add_argument("--ci-target", type=fraction("--ci-target", lower_open=True, example="0.01"), default=0.01,
@@ -120,10 +134,11 @@ def fmt(x, spec=",.0f") -> str:
 
 def table(results: list[LevelResult]) -> str:
     slo = any(r.slo_met_share is not None for r in results)
+    cache = any(r.prefix_cache_allowed is not None for r in results)
     head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} "
             f"{'TTFT p50/p99 ms':>17} "
             f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}"
-            f"{' goodput tok/s (met)' if slo else ''}  valid")
+            f"{' goodput tok/s (met)' if slo else ''}{' cache/allowed' if cache else ''}  valid")
     rows = [head, "-" * len(head)]
     for r in results:
         lvl = f"c{r.concurrency}" if r.concurrency is not None else f"r{r.rate:g}"
@@ -136,11 +151,15 @@ def table(results: list[LevelResult]) -> str:
                     f"{fmt(r.achieved_concurrency, '.1f'):>6} {ratio:>7} {fmt(r.server_mean_running, '.0f'):>7}"
                     + (f" {fmt(r.goodput_tps)} ({fmt(r.slo_met_share and r.slo_met_share * 100, '.0f')}%)".rjust(20)
                        if slo else "")
+                    + (f" {fmt(r.prefix_cache_share, '.3f')}/{fmt(r.prefix_cache_allowed, '.3f')}".rjust(14)
+                       if cache else "")
                     + f"  {'yes' if r.valid else 'NO: ' + '; '.join(r.invalid_reasons)}")
     rows.append("sustained = steady-state window, ±95% CI (batch means); whole-run and peak as bench_serving defines "
                 "them (reported, never gated); server = client sustained / server's own count over the window"
                 + ("; goodput = output tok/s of requests sent in the window that met the SLO (met: their share)"
-                   if slo else ""))
+                   if slo else "")
+                + ("; cache = share of the window's prompt tokens the server served from its prefix cache, allowed "
+                   "= the shared prefix's share" if cache else ""))
     return "\n".join(rows)
 
 
@@ -170,8 +189,11 @@ def run(args: argparse.Namespace, rec: RunRecorder, ctx: dict) -> None:
     info = engine.server_info(url, key)
     tokenizer = Tokenizer(args.tokenizer) if args.tokenizer else None
     lo, hi = vocabulary(args.vocab_range, engine.vocab_size(url, key, info), tokenizer, url)
+    if args.shared_prefix is not None and args.shared_prefix.tokens >= args.isl:
+        raise UsageError(f"--shared-prefix {args.shared_prefix.groups},{args.shared_prefix.tokens}: the prefix must be "
+                         f"shorter than --isl {args.isl} (each prompt ends in a question of its own)")
     workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
-                        prompt_format=args.prompt_format, tokenizer=tokenizer)
+                        prompt_format=args.prompt_format, tokenizer=tokenizer, shared_prefix=args.shared_prefix)
     conn = connect(url, engine, workload, api=args.api, prompt_format=args.prompt_format, api_key=key,
                    model=args.model, info=info)
     for n in conn.negotiated:
