@@ -14,7 +14,11 @@ from sglperf.measure.metrics import prefix_cache
 from sglperf.measure.prompts import PromptMaker, SharedPrefix
 from sglperf.measure.wire import NATIVE, by_name
 from sglperf.records import RequestRecord, ServerSample
+from sglperf.report.allure import perf_entries
+from sglperf.report.html import GROUPS, KINDS
 from sglperf.run import profiles
+from sglperf.store.history import record_from_run
+from sglperf.store.rundoc import load_run
 from sglperf.sim.radix import RadixCache
 
 from .conftest import user_env
@@ -118,6 +122,12 @@ def test_a_shared_prefix_run_judges_its_cache_and_a_disabled_radix_cache_fails_i
     level = run["configs"]["radix"]["levels"]["12"]
     assert level["prefix_cache_allowed"] == 0.75 and 0.6 < level["prefix_cache_share"] <= 0.75
     assert run["fingerprint"]["workload"] == "shared_prefix 128/32: 8 groups x 96-token prefix"
+    # a trend of its own in the report, in its own chart group; a history point like throughput's
+    doc = load_run(next((tmp_path / "reports" / "runs").glob("*.json")))
+    (point,) = [e for e in perf_entries([doc]) if e["key"] == "prefix_cache.sim-prefix.radix.c12"]
+    assert point["value"] == round(level["prefix_cache_share"], 3)
+    assert KINDS["prefix_cache"][3] == "prefix_cache" and "prefix_cache" in GROUPS
+    assert record_from_run(doc).levels[0].prefix_cache_share == level["prefix_cache_share"]
     p, out = prefix_suite(tmp_path / "off", "--levels", "12", "--server-arg=--disable-radix-cache")
     assert p.returncode == 1, out[-3000:]
     assert ("PREFIX CACHE REGRESSION: sim-prefix/radix c12: 0.000 ± 0.000 of prompt tokens served from the prefix "

@@ -52,9 +52,21 @@ def metric_declarations(results: Path) -> dict:
     return metrics
 
 
+# The report's chart groups, by metric: a metric not named here is throughput (or latency, or goodput)
+GROUPS = {"throughput": "Sustained output throughput per config and level", "latency": "TTFT p99 per config and level",
+          "goodput": "Goodput under the profile's SLO per config and level",
+          "speculative": "Speculative decoding: accepted tokens per verify step",
+          "prefix_cache": "Shared prefixes: share of prompt tokens served from the prefix cache"}
+GROUP_OF = {"acceptance_length": "speculative", "prefix_cache_share": "prefix_cache"}
+
+
+def _group(m) -> str:
+    return "latency" if m.is_latency else GROUP_OF.get(m.name, "goodput" if m.name.startswith("goodput") else
+                                                       "throughput")
+
+
 # Allure trend key (report.metric_key) -> title, unit, direction, group: from records.METRICS
-KINDS = {m.trend: (m.title, m.unit, m.better, "latency" if m.is_latency else "goodput" if m.name.startswith("goodput")
-                   else "throughput") for m in METRICS.values() if m.trend}
+KINDS = {m.trend: (m.title, m.unit, m.better, _group(m)) for m in METRICS.values() if m.trend}
 
 
 def config(results: Path, output: Path, history: Path, name: str, single_file: bool) -> dict:
@@ -74,8 +86,7 @@ def config(results: Path, output: Path, history: Path, name: str, single_file: b
         # JavaScript regexes, searched in the message (no inline flags): the prefix is enough.
         "categories": [{"name": n, "matchedStatuses": ["failed", "broken"], "messageRegex": p}
                        for n, p in CATEGORIES],
-        "performance": {"groups": {"throughput": {"title": "Sustained output throughput per config and level"},
-                                   "latency": {"title": "TTFT p99 per config and level"}},
+        "performance": {"groups": {g: {"title": t} for g, t in GROUPS.items()},
                         "metrics": metric_declarations(results)},
     }
 
