@@ -273,6 +273,7 @@ class Ceiling:
     effective: int
     binding: str  # "kv" | "cap"
     tokens_per_request: int
+    basis: str | None = None  # where tokens_per_request came from, where it is not every request's (a length mix)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import pytest
 
 from sglperf.decide.floor import other_workload
 from sglperf.measure.metrics import prefix_cache
+from sglperf.measure.validity import check_prompt_lengths
 from sglperf.measure.prompts import PromptMaker, SharedPrefix
 from sglperf.measure.wire import NATIVE, by_name
-from sglperf.records import RequestRecord, ServerSample
+from sglperf.records import RequestRecord, ServerSample, Shape
 from sglperf.report.allure import perf_entries
 from sglperf.report.html import GROUPS, KINDS
 from sglperf.run import profiles
@@ -23,6 +24,8 @@ from sglperf.sim.radix import RadixCache
 
 from .conftest import user_env
 from .test_faults import ROOT
+
+SHAPE = Shape()
 
 
 def test_shared_prefix_prompts_share_their_groups_prefix_exactly_and_nothing_more():
@@ -157,3 +160,59 @@ def test_bench_sends_a_shared_prefix_and_prints_the_cache_share_beside_what_it_a
     bad = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--shared-prefix", "8"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected GROUPS,TOKENS" in bad.stderr
+
+
+def test_a_length_mix_draws_each_requests_lengths_log_normal_around_the_medians_clipped_and_seeded():
+    w = profiles.WorkloadSection(isl=64, osl=32, kind="length_mix", length_sigma=0.6, isl_max=256, osl_max=128)
+    assert w.describe() == "length_mix 64/32: log-normal sigma 0.6, clipped at 256/128"
+    client = w.client_workload()
+    drawn = [client.prompt(s, i) for s in range(4) for i in range(500)]
+    isl = sorted(p.tokens for p in drawn)
+    osl = sorted(p.max_tokens for p in drawn)
+    assert all(len(p.ids) == p.tokens for p in drawn), "every prompt exactly the length it claims"
+    assert 58 <= isl[len(isl) // 2] <= 70 and 29 <= osl[len(osl) // 2] <= 35, "around the medians"
+    assert isl[-1] <= 256 and osl[-1] <= 128 and isl[0] >= 1 and isl[-1] > 170, "clipped, with a tail"
+    assert client.prompt(3, 7) == w.client_workload().prompt(3, 7), "seeded"
+    body = NATIVE.body(client.prompt(0, 1), client, None, SHAPE)
+    assert body["sampling_params"]["max_new_tokens"] == client.prompt(0, 1).max_tokens
+    openai = by_name("openai").body(client.prompt(0, 1), client, "m", SHAPE)
+    assert openai["max_tokens"] == client.prompt(0, 1).max_tokens
+    isl_mean, osl_mean, tail = w.kv_basis()
+    assert (isl_mean, osl_mean) == (75, 37) and tail > isl_mean + osl_mean, "the ceiling from the mean, the tail named"
+
+
+@pytest.mark.parametrize("workload, words", [
+    ({"kind": "length_mix", "length_sigma": 0.5}, "needs length_sigma, isl_max and osl_max"),
+    ({"kind": "length_mix", "length_sigma": 0.5, "isl_max": 32, "osl_max": 64}, "must be at least the medians"),
+    ({"length_sigma": 0.5}, "are for kind = \"length_mix\""),
+])
+def test_a_length_mix_that_cannot_be_drawn_is_refused_naming_the_key(workload, words):
+    with pytest.raises(ValueError, match=words):
+        profiles.WorkloadSection(isl=64, osl=32, **workload)
+
+
+def test_each_requests_prompt_is_checked_against_the_servers_count_of_it():
+    ok = [rec(i, 60 + i, None) for i in range(5)]
+    assert check_prompt_lengths(ok, 64, "exact") is None, "each its own length, each counted right"
+    off = [*ok, RequestRecord(9, 0.0, 5.0, 66, 32, (1.0,), (32,), 67, 32, "length")]
+    assert check_prompt_lengths(off, 64, "exact") == (
+        "the server counted 67 prompt tokens for a 66-token prompt (1 of 6 requests): the prompts are not the length "
+        "the level claims")
+
+
+def test_a_length_mix_run_is_valid_names_its_ceilings_basis_and_a_slower_prefill_fails(tmp_path):
+    def mix_suite(reports, *args):
+        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "--profile",
+                            "sim-mix", "--levels", "12", "--reports-dir", str(reports), *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = mix_suite(tmp_path / "a", "-k", "request_health or client_matches")
+    assert p.returncode == 0, out[-3000:]
+    run = json.loads(next((tmp_path / "a" / "runs").glob("*.json")).read_text())
+    assert run["configs"]["rr16"]["server"]["ceiling"]["basis"].startswith(
+        "the length mix's mean request, 75 + 37 tokens; at its 90th percentile")
+    assert run["configs"]["rr16"]["levels"]["12"]["valid"]
+    p, out = mix_suite(tmp_path / "b", "--server-arg=--prefill-slowdown=2")
+    assert p.returncode == 1, out[-3000:]
+    assert "LATENCY REGRESSION: sim-mix/rr16 c12: server_ttft_mean_ms" in out

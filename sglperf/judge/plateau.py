@@ -100,7 +100,8 @@ class PlateauVerdict:
 
     @property
     def message(self) -> str:
-        head = (f"KV ceiling {self.ceiling.kv} requests ({self.ceiling.tokens_per_request} tokens each), admission "
+        each = self.ceiling.basis or f"{self.ceiling.tokens_per_request} tokens each"
+        head = (f"KV ceiling {self.ceiling.kv} requests ({each}), admission "
                 f"cap {self.ceiling.cap}, predicted plateau at {self.ceiling.effective} ({self.ceiling.binding}); "
                 f"observed: {self.attributed_to or 'not attributable'}")
         body = "\n".join(self.lines)

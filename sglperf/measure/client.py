@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from orjson import dumps
 
-from .prompts import Prompt, PromptMaker, SharedPrefix, Tokenizer
+from .prompts import LengthMix, Prompt, PromptMaker, SharedPrefix, Tokenizer
 from ..records import FULL, OUTPUT_SAMPLE_EVERY, ClientSample, RequestRecord, Shape
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
@@ -68,6 +68,7 @@ class Workload:
     prompt_format: str = "ids"  # "ids" | "text" | "chat" (prompts.FORMATS)
     tokenizer: Tokenizer | None = field(default=None, compare=False, repr=False)
     shared_prefix: SharedPrefix | None = None  # None: every prompt its own
+    length_mix: LengthMix | None = None  # None: every request ISL tokens in, OSL out
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -76,7 +77,8 @@ class Workload:
             raise ValueError(f"bad vocabulary range [{self.vocab_low}, {self.vocab_high})")
         object.__setattr__(self, "_maker", PromptMaker(self.prompt_format, self.isl, seed=self.seed,
                                                        low=self.vocab_low, high=self.vocab_high,
-                                                       tokenizer=self.tokenizer, prefix=self.shared_prefix))
+                                                       tokenizer=self.tokenizer, prefix=self.shared_prefix,
+                                                       mix=self.length_mix, osl=self.osl))
 
     def prompt(self, stream: int, index: int) -> Prompt:
         """Seeded, different for every request: prefix caching cannot help, beyond a shared prefix's groups."""
@@ -280,7 +282,7 @@ class LoadGenerator:
         body = tg.wire.body(prompt, w, tg.model, tg.shape)
         body.update(w.extra_body)
         payload = dumps(body)
-        p = _Progress(index, self.clock(), prompt.tokens, w.osl, keep_text=w.tokenizer is not None)
+        p = _Progress(index, self.clock(), prompt.tokens, prompt.max_tokens or w.osl, keep_text=w.tokenizer is not None)
         self.in_flight[index] = p
         cancelled = False
         try:

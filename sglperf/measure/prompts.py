@@ -10,7 +10,7 @@ a perf suite must still send them prompts of a known length.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ class Prompt:
     ids: list[int] | None = None
     text: str | None = None
     tokens: int = 0  # how many tokens the prompt is, by the tokenizer that made it
+    max_tokens: int | None = None  # the output this request asks for, where the workload draws it (a length mix)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,26 @@ class SharedPrefix:
 
     groups: int
     tokens: int
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """Input and output lengths drawn per request, log-normal around the workload's ISL and OSL as medians with
+    spread `sigma`, clipped to [1, isl_max] and [1, osl_max]: serving traffic is skewed, a few long requests among
+    many short ones, and a log-normal is the usual fit of that (and what its two numbers say). Seeded per request."""
+
+    sigma: float
+    isl_max: int
+    osl_max: int
+
+    def lengths(self, isl: int, osl: int, seed: int, stream: int, index: int) -> tuple[int, int]:
+        rng = np.random.default_rng([seed, 0x1E4, stream, index])
+        i, o = np.exp(rng.normal(np.log([isl, osl]), self.sigma))
+        return int(min(max(round(i), 1), self.isl_max)), int(min(max(round(o), 1), self.osl_max))
+
+    def sample(self, isl: int, osl: int, seed: int, n: int = 4096) -> np.ndarray:
+        """The KV tokens (input + output) of `n` requests as the workload draws them: its mean and tail."""
+        return np.array([sum(self.lengths(isl, osl, seed, 1 << 20, k)) for k in range(n)])
 
 
 class Tokenizer:
@@ -105,7 +126,7 @@ class PromptMaker:
     """The prompt of request `index` of stream `stream`: seeded, so the same whatever runs it."""
 
     def __init__(self, fmt: str, isl: int, *, seed: int, low: int, high: int, tokenizer: Tokenizer | None = None,
-                 prefix: SharedPrefix | None = None):
+                 prefix: SharedPrefix | None = None, mix: LengthMix | None = None, osl: int = 0):
         if fmt not in FORMATS:
             raise UsageError(f"prompt format {fmt!r} is not one of {', '.join(FORMATS)}")
         if fmt != "ids" and tokenizer is None:
@@ -116,7 +137,7 @@ class PromptMaker:
         if prefix is not None and not 0 < prefix.tokens < isl:
             raise UsageError(f"a shared prefix of {prefix.tokens} tokens does not fit prompts of {isl}")
         self.fmt, self.isl, self.seed, self.low, self.high, self.tokenizer = fmt, isl, seed, low, high, tokenizer
-        self.prefix = prefix
+        self.prefix, self.mix, self.osl = prefix, mix, osl
         self._pool: np.ndarray | None = None  # drawn at the first prompt
         self._prefixes: dict[int, Prompt] = {}
 
@@ -127,6 +148,9 @@ class PromptMaker:
     def make(self, stream: int, index: int) -> Prompt:
         if self.prefix is not None:
             return self._shared(stream, index)
+        if self.mix is not None:
+            isl, osl = self.mix.lengths(self.isl, self.osl, self.seed, stream, index)
+            return replace(self._own(stream, index, isl), max_tokens=osl)
         return self._own(stream, index, self.isl)
 
     def _shared(self, stream: int, index: int) -> Prompt:
@@ -165,8 +189,9 @@ class PromptMaker:
     POOL = 1 << 20  # ids drawn once per process; a prompt is a window of ISL of them
 
     def _make_pool(self) -> np.ndarray:
+        longest = self.mix.isl_max if self.mix is not None else self.isl
         self._pool = np.random.default_rng([self.seed, 0x1D5]).integers(self.low, self.high,
-                                                                        max(self.POOL, 64 * self.isl))
+                                                                        max(self.POOL, 64 * longest))
         return self._pool
 
 

@@ -46,20 +46,23 @@ class MeasurementPolicy:
 
 
 def check_prompt_lengths(ok: list[RequestRecord], isl: int, mode: str) -> str | None:
-    """The server's own prompt count (usage.prompt_tokens, meta_info) against the ISL we sent, where reported."""
-    counted = Counter(r.server_prompt_tokens for r in ok if r.server_prompt_tokens is not None)
+    """The server's own prompt count (usage.prompt_tokens, meta_info) against each request's prompt as sent (ISL,
+    or its own length under a length mix), where reported."""
+    counted = Counter((r.server_prompt_tokens, r.prompt_tokens or isl) for r in ok
+                      if r.server_prompt_tokens is not None)
     if not counted:
         return None
     if mode == "chat":  # the chat template adds the same tokens to every request
-        if len(counted) == 1 and min(counted) >= isl:
+        extra = {k - sent for k, sent in counted}
+        if len(extra) == 1 and min(extra) >= 0:
             return None
-        return (f"the server counted {', '.join(str(k) for k in sorted(counted))} prompt tokens for {isl}-token "
-                f"chat messages: the template overhead is not constant")
-    wrong = {k: v for k, v in counted.items() if k != isl}
+        return (f"the server counted {', '.join(str(k) for k in sorted({k for k, _ in counted}))} prompt tokens for "
+                f"{isl}-token chat messages: the template overhead is not constant")
+    wrong = {ks: v for ks, v in counted.items() if ks[0] != ks[1]}
     if not wrong:
         return None
-    k, v = max(wrong.items(), key=lambda kv: kv[1])
-    return (f"the server counted {k} prompt tokens for a {isl}-token prompt ({sum(wrong.values())} of "
+    (k, sent), _ = max(wrong.items(), key=lambda kv: kv[1])
+    return (f"the server counted {k} prompt tokens for a {sent}-token prompt ({sum(wrong.values())} of "
             f"{sum(counted.values())} requests): the prompts are not the length the level claims")
 
 

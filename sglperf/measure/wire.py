@@ -59,11 +59,12 @@ class NativeGenerate(Wire):
     limit_field = "sampling_params.max_new_tokens"
 
     def body(self, prompt, workload, model, shape):
-        sp = {"max_new_tokens": workload.osl, "temperature": workload.temperature}
+        osl = prompt.max_tokens or workload.osl
+        sp = {"max_new_tokens": osl, "temperature": workload.temperature}
         if shape.ignore_eos:
             sp["ignore_eos"] = workload.ignore_eos
         elif shape.min_tokens:
-            sp["min_new_tokens"] = workload.osl
+            sp["min_new_tokens"] = osl
         body = {"input_ids": prompt.ids} if prompt.ids is not None else {"text": prompt.text}
         return {**body, "sampling_params": sp, "stream": True}
 
@@ -146,12 +147,13 @@ class OpenAICompletions(Wire):
         return {"prompt": prompt.ids if prompt.ids is not None else prompt.text}
 
     def body(self, prompt, workload, model, shape):
-        body = {**self.prompt_field(prompt), "max_tokens": workload.osl, "stream": True,
+        osl = prompt.max_tokens or workload.osl
+        body = {**self.prompt_field(prompt), "max_tokens": osl, "stream": True,
                 "temperature": workload.temperature}
         if shape.ignore_eos:
             body["ignore_eos"] = workload.ignore_eos
         elif shape.min_tokens:
-            body["min_tokens"] = workload.osl
+            body["min_tokens"] = osl
         if model:
             body["model"] = model
         if shape.include_usage:

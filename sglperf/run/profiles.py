@@ -68,9 +68,14 @@ class WorkloadSection(Strict):
     # "random": every prompt its own, as the seed's random 128/128 (prefix caching cannot help); "shared_prefix":
     # each prompt is one of `prefix_groups` system prompts of `prefix_tokens` tokens, then a question of its own
     # (isl - prefix_tokens), as bench_serving's generated-shared-prefix
-    kind: Literal["random", "shared_prefix"] = "random"
+    # "length_mix": each request's input and output lengths drawn log-normal around isl and osl as medians (spread
+    # `length_sigma`), clipped at isl_max and osl_max (prompts.LengthMix says why)
+    kind: Literal["random", "shared_prefix", "length_mix"] = "random"
     prefix_groups: int | None = Field(None, ge=1, le=4096)
     prefix_tokens: int | None = Field(None, ge=1)
+    length_sigma: float | None = Field(None, gt=0, le=3)
+    isl_max: int | None = Field(None, ge=1)
+    osl_max: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _range(self):
@@ -86,26 +91,53 @@ class WorkloadSection(Strict):
         elif shared != (None, None):
             raise ValueError(f"prefix_groups and prefix_tokens are for kind = \"shared_prefix\" (kind is "
                              f"{self.kind!r})")
+        mix = (self.length_sigma, self.isl_max, self.osl_max)
+        if self.kind == "length_mix":
+            if None in mix:
+                raise ValueError("kind = \"length_mix\" needs length_sigma, isl_max and osl_max")
+            if self.isl_max < self.isl or self.osl_max < self.osl:
+                raise ValueError(f"isl_max ({self.isl_max}) and osl_max ({self.osl_max}) must be at least the "
+                                 f"medians isl ({self.isl}) and osl ({self.osl})")
+        elif mix != (None, None, None):
+            raise ValueError(f"length_sigma, isl_max and osl_max are for kind = \"length_mix\" (kind is "
+                             f"{self.kind!r})")
         return self
+
+    def kv_basis(self) -> tuple[int, int, int | None]:
+        """The input and output lengths the KV ceiling is predicted from: a length mix's mean request (what the pool
+        holds on average), with its 90th percentile's tokens (None: every request is ISL + OSL)."""
+        if self.kind != "length_mix":
+            return self.isl, self.osl, None
+        from ..measure.prompts import LengthMix
+
+        mix = LengthMix(self.length_sigma, self.isl_max, self.osl_max)
+        drawn = [mix.lengths(self.isl, self.osl, self.seed, 1 << 20, k) for k in range(4096)]
+        isl = round(sum(i for i, _ in drawn) / len(drawn))
+        osl = round(sum(o for _, o in drawn) / len(drawn))
+        return isl, osl, sorted(i + o for i, o in drawn)[int(0.9 * len(drawn))]
 
     def describe(self) -> str:
         """The workload in a few words, in the fingerprint: a baseline of one workload never judges another."""
         if self.kind == "shared_prefix":
             return (f"shared_prefix {self.isl}/{self.osl}: {self.prefix_groups} groups x {self.prefix_tokens}-token "
                     f"prefix")
+        if self.kind == "length_mix":
+            return (f"length_mix {self.isl}/{self.osl}: log-normal sigma {self.length_sigma:g}, clipped at "
+                    f"{self.isl_max}/{self.osl_max}")
         return f"random {self.isl}/{self.osl}"
 
     def client_workload(self, tokenizer: str | None = None):
         """The client's Workload; `tokenizer` overrides the profile's (paths differ between machines)."""
         from ..measure.client import Workload
-        from ..measure.prompts import SharedPrefix
+        from ..measure.prompts import LengthMix, SharedPrefix
         from ..measure.prompts import Tokenizer
 
         name = tokenizer or self.tokenizer
         prefix = SharedPrefix(self.prefix_groups, self.prefix_tokens) if self.kind == "shared_prefix" else None
+        mix = LengthMix(self.length_sigma, self.isl_max, self.osl_max) if self.kind == "length_mix" else None
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
                         prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None,
-                        shared_prefix=prefix)
+                        shared_prefix=prefix, length_mix=mix)
 
 
 # Keys a profile may still use for one release, and what replaced them (the deprecation line names the new key).

@@ -9,7 +9,7 @@ from typing import Any
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from filelock import FileLock, Timeout
 
@@ -253,8 +253,14 @@ class Servers:
                              f"at most {conn.vocab_size}")
         fp = fingerprint.collect(engine, conn.server_info, template, prof.model_path(self.opts.model_path),
                                  server_env=dict(prof.server.env), host_speed=speed, workload=w.describe())
-        run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info,
-                        engine.ceiling(conn.server_info, w.isl, w.osl), fp, lock)
+        isl, osl, tail = w.kv_basis()
+        ceiling = engine.ceiling(conn.server_info, isl, osl)
+        if ceiling is not None and tail:  # a length mix: the plateau's message says what the prediction assumed
+            ceiling = replace(ceiling, basis=(
+                f"the length mix's mean request, {isl} + {osl} tokens; at its 90th percentile, {tail} tokens, "
+                f"{ceiling.kv * ceiling.tokens_per_request // tail} would fit"))
+        run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info, ceiling, fp,
+                        lock)
         rec = self.recorder(prof)
         rec.set_fingerprint(fp, cname)
         rec.set_server(cname, ServerDoc(
