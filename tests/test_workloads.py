@@ -160,6 +160,13 @@ def test_bench_sends_a_shared_prefix_and_prints_the_cache_share_beside_what_it_a
     bad = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--shared-prefix", "8"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected GROUPS,TOKENS" in bad.stderr
+    mix = subprocess.run([sys.executable, "-m", "sglperf.cli", "bench", "--url", srv.url, "--levels", "8", "--isl",
+                          "64", "--osl", "32", "--length-mix", "0.6,256,128", "--ci-target", "0.05", "--max-seconds",
+                          "15", "--records", str(tmp_path / "mix.jsonl")], capture_output=True, text=True, timeout=120)
+    assert mix.returncode == 0, mix.stdout + mix.stderr
+    rows = [json.loads(x) for x in (tmp_path / "mix.jsonl").read_text().splitlines()]
+    assert len({r["prompt_tokens"] for r in rows}) > 10 and len({r["max_tokens"] for r in rows}) > 10
+    assert all(r["server_prompt_tokens"] == r["prompt_tokens"] for r in rows if r["server_prompt_tokens"])
 
 
 def test_a_length_mix_draws_each_requests_lengths_log_normal_around_the_medians_clipped_and_seeded():

@@ -19,7 +19,7 @@ from ..measure.client import Workload
 from ..measure.level import LevelSpec, parse_levels, run_level
 from ..measure.metrics import MeasurementPolicy
 from ..measure.negotiate import connect
-from ..measure.prompts import FORMATS, SharedPrefix, Tokenizer
+from ..measure.prompts import FORMATS, LengthMix, SharedPrefix, Tokenizer
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
@@ -59,6 +59,17 @@ def shared_prefix(text: str) -> SharedPrefix:
     return SharedPrefix(groups, tokens)
 
 
+def length_mix(text: str) -> LengthMix:
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        sigma, isl_max, osl_max = float(parts[0]), *(int(x) for x in parts[1:])
+    except (ValueError, IndexError, TypeError):
+        raise argparse.ArgumentTypeError(f"expected SIGMA,ISL_MAX,OSL_MAX (e.g. 0.6,1024,512), got {text!r}") from None
+    if not 0 < sigma <= 3 or isl_max < 1 or osl_max < 1:
+        raise argparse.ArgumentTypeError(f"expected 0 < SIGMA <= 3 and maxima >= 1, got {text!r}")
+    return LengthMix(sigma, isl_max, osl_max)
+
+
 def float_list(text: str) -> list[float]:
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
@@ -93,6 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-prefix", type=shared_prefix, default=None, metavar="GROUPS,TOKENS",
                    help="a shared-prefix workload: each prompt is one of GROUPS system prompts of TOKENS tokens, then "
                         "a question of its own (ISL - TOKENS); the table shows the share served from the prefix cache")
+    p.add_argument("--length-mix", type=length_mix, default=None, metavar="SIGMA,ISL_MAX,OSL_MAX",
+                   help="each request's lengths drawn log-normal around --isl and --osl as medians, clipped at the "
+                        "maxima")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
     p.add_argument("--ci-target", type=fraction("--ci-target", lower_open=True, example="0.01"), default=0.01,
@@ -192,8 +206,13 @@ def run(args: argparse.Namespace, rec: RunRecorder, ctx: dict) -> None:
     if args.shared_prefix is not None and args.shared_prefix.tokens >= args.isl:
         raise UsageError(f"--shared-prefix {args.shared_prefix.groups},{args.shared_prefix.tokens}: the prefix must be "
                          f"shorter than --isl {args.isl} (each prompt ends in a question of its own)")
+    mix = args.length_mix
+    if mix is not None and (mix.isl_max < args.isl or mix.osl_max < args.osl or args.shared_prefix is not None):
+        raise UsageError(f"--length-mix {mix.sigma:g},{mix.isl_max},{mix.osl_max}: the maxima must be at least --isl "
+                         f"{args.isl} and --osl {args.osl}, and a length mix does not combine with --shared-prefix")
     workload = Workload(args.isl, args.osl, seed=args.seed, vocab_low=lo, vocab_high=hi,
-                        prompt_format=args.prompt_format, tokenizer=tokenizer, shared_prefix=args.shared_prefix)
+                        prompt_format=args.prompt_format, tokenizer=tokenizer, shared_prefix=args.shared_prefix,
+                        length_mix=mix)
     conn = connect(url, engine, workload, api=args.api, prompt_format=args.prompt_format, api_key=key,
                    model=args.model, info=info)
     for n in conn.negotiated:
