@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglperf.decide.floor import other_workload
-from sglperf.measure.metrics import prefix_cache
+from sglperf.measure.metrics import open_loop, prefix_cache
 from sglperf.measure.validity import check_prompt_lengths
 from sglperf.measure.prompts import PromptMaker, SharedPrefix
 from sglperf.measure.wire import NATIVE, by_name
@@ -223,3 +223,19 @@ def test_a_length_mix_run_is_valid_names_its_ceilings_basis_and_a_slower_prefill
     p, out = mix_suite(tmp_path / "b", "--server-arg=--prefill-slowdown=2")
     assert p.returncode == 1, out[-3000:]
     assert "LATENCY REGRESSION: sim-mix/rr16 c12: server_ttft_mean_ms" in out
+
+
+def test_an_open_loop_level_says_where_the_server_fell_behind_the_offered_rate():
+    """10 req/s offered for 100 s: 1,000 completions are the server keeping up; 600 are 12.6 standard deviations of
+    the Poisson arrivals short, the server saturating at about 6 req/s."""
+    def level(done):
+        return [RequestRecord(i, i * 0.1, i * 0.1 + (0.05 if i < done else 500.0), 32, 32, (1.0,), (32,), 32, 32,
+                              "length") for i in range(1000)]
+    kept = open_loop(level(1000), (0.0, 100.0), 10.0, 0.0)
+    assert kept == {"offered_rps": 10.0, "sent_rps": 10.0, "achieved_rps": 10.0, "saturation": None}
+    behind = open_loop(level(600), (0.0, 100.0), 10.0, 37.5)
+    assert behind["achieved_rps"] == 6.0
+    assert behind["saturation"] == ("offered 10 req/s, the client sent 10.00, the server completed 6.00 in the window "
+                                    "(12.6 standard deviations of the arrivals short): the server saturated at about "
+                                    "6.00 req/s; the server's queue held 37.5 requests on average")
+    assert open_loop(level(1000), (0.0, 100.0), None, None) == {}, "a closed-loop level records none of it"

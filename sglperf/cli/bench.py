@@ -149,10 +149,12 @@ def fmt(x, spec=",.0f") -> str:
 def table(results: list[LevelResult]) -> str:
     slo = any(r.slo_met_share is not None for r in results)
     cache = any(r.prefix_cache_allowed is not None for r in results)
+    rates = any(r.offered_rps is not None for r in results)
     head = (f"{'level':>7} {'sustained out tok/s':>21} {'total':>8} {'whole-run':>9} {'peak':>7} "
             f"{'TTFT p50/p99 ms':>17} "
             f"{'TPOT p50':>8} {'E2E p50 s':>9} {'conc':>6} {'server':>7} {'running':>7}"
-            f"{' goodput tok/s (met)' if slo else ''}{' cache/allowed' if cache else ''}  valid")
+            f"{' goodput tok/s (met)' if slo else ''}{' cache/allowed' if cache else ''}"
+            f"{' req/s done/offered' if rates else ''}  valid")
     rows = [head, "-" * len(head)]
     for r in results:
         lvl = f"c{r.concurrency}" if r.concurrency is not None else f"r{r.rate:g}"
@@ -167,13 +169,17 @@ def table(results: list[LevelResult]) -> str:
                        if slo else "")
                     + (f" {fmt(r.prefix_cache_share, '.3f')}/{fmt(r.prefix_cache_allowed, '.3f')}".rjust(14)
                        if cache else "")
+                    + (f" {fmt(r.achieved_rps, '.2f')}/{fmt(r.offered_rps, 'g')}".rjust(20) if rates else "")
                     + f"  {'yes' if r.valid else 'NO: ' + '; '.join(r.invalid_reasons)}")
     rows.append("sustained = steady-state window, ±95% CI (batch means); whole-run and peak as bench_serving defines "
                 "them (reported, never gated); server = client sustained / server's own count over the window"
                 + ("; goodput = output tok/s of requests sent in the window that met the SLO (met: their share)"
                    if slo else "")
                 + ("; cache = share of the window's prompt tokens the server served from its prefix cache, allowed "
-                   "= the shared prefix's share" if cache else ""))
+                   "= the shared prefix's share" if cache else "")
+                + ("; req/s done/offered = requests completed per second in the window against the rate offered"
+                   if rates else ""))
+    rows += [f"r{r.rate:g}: {r.saturation}" for r in results if r.saturation]
     return "\n".join(rows)
 
 

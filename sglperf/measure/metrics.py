@@ -483,6 +483,7 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         count_source=Counter(r.count_source for r in st.ok).most_common(1)[0][0] if st.ok else None,
         **acceptance(st.ok, w, samples.server),
         **prefix_cache(st.ok, w, samples.server, cache_allowed),
+        **open_loop(records, w, rate, sv.get("server_mean_queued")),
     )
 
 
@@ -530,3 +531,29 @@ def prefix_cache(done: list[RequestRecord], window, server, allowed: float | Non
             if n > 1 else None)
     return dict(out, prefix_cache_share=round(share, 4),
                 prefix_cache_share_ci95=None if half is None else round(half, 4))
+
+
+# Completions in a window of an open loop are a Poisson count around rate x window where the server keeps up: more than
+# 3 of its standard deviations short (0.1% one-sided) is a server that fell behind, not the count's noise.
+SATURATION_Z = 3.0
+
+
+def open_loop(records: list[RequestRecord], window, rate: float | None, queued: float | None) -> dict:
+    """An open-loop level's offered rate against what the client sent and the server completed inside the window.
+    Sent short of offered is the client's (its lag, measured apart); completed short of offered by more than the
+    arrivals' own noise is the server saturating: it completes about the achieved rate, and requests wait."""
+    if rate is None or window is None or window[1] <= window[0]:
+        return {}
+    s, e = window
+    span = e - s
+    sent = sum(1 for r in records if s <= r.send_time < e) / span
+    done = sum(1 for r in records if r.ok and s <= r.end_time < e)
+    expected = rate * span
+    short = (expected - done) / math.sqrt(expected) if expected > 0 else 0.0
+    saturation = None
+    if short > SATURATION_Z:
+        waiting = "" if queued is None else f"; the server's queue held {queued:.1f} requests on average"
+        saturation = (f"offered {rate:g} req/s, the client sent {sent:.2f}, the server completed {done / span:.2f} in "
+                      f"the window ({short:.1f} standard deviations of the arrivals short): the server saturated at "
+                      f"about {done / span:.2f} req/s{waiting}")
+    return dict(offered_rps=rate, sent_rps=round(sent, 4), achieved_rps=round(done / span, 4), saturation=saturation)
