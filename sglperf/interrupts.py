@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 
 
 def interrupt_on_sigterm() -> None:
@@ -16,3 +18,35 @@ def interrupt_on_sigterm() -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
+class _Deferred:
+    previous = None
+    active = False
+    noted = False
+
+
+def defer(what: str) -> None:
+    """From now until `resume()`, Ctrl-C (and SIGTERM, which raises it) is noted, not raised: what the first one
+    interrupted (`what`: the partial level) is written before the run ends, however often the user presses it. Where
+    a second one raised, the level it was saving was lost."""
+    if threading.current_thread() is not threading.main_thread() or _Deferred.active:
+        return
+
+    def note(signum, frame):
+        if not _Deferred.noted:
+            print(f"\nsglperf: saving {what} first; the run ends as soon as it is written", file=sys.stderr, flush=True)
+        _Deferred.noted = True
+
+    _Deferred.previous = signal.signal(signal.SIGINT, note)
+    _Deferred.active, _Deferred.noted = True, False
+
+
+def resume() -> None:
+    """Ctrl-C raises again (the caller ends the run: it was interrupted once already)."""
+    if not _Deferred.active:
+        return
+    previous = _Deferred.previous
+    signal.signal(signal.SIGINT, previous if callable(previous) or previous in (signal.SIG_IGN, signal.SIG_DFL)
+                  else signal.default_int_handler)
+    _Deferred.active = False

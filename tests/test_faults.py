@@ -186,9 +186,10 @@ def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, flag, kinds):
 
 
 # 10. interrupted mid-level (SIGINT, SIGTERM) -------------------------------------------------------------------------
-@pytest.mark.parametrize("sig,background", [(signal.SIGINT, False), (signal.SIGTERM, False),
-                                            (signal.SIGTERM, True)], ids=["SIGINT", "SIGTERM", "SIGTERM-background"])
-def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig, background):
+@pytest.mark.parametrize("sig,background,repeat", [(signal.SIGINT, False, 1), (signal.SIGTERM, False, 1),
+                                                   (signal.SIGTERM, True, 1), (signal.SIGINT, False, 5)],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM-background", "SIGINT-five-times"])
+def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomplete(tmp_path, sig, background, repeat):
     # No floor to decide and an unreachable CI target: the first level runs until it is interrupted.
     empty = tmp_path / "empty-baseline.json"
     empty.write_text(json.dumps({"schema_version": 1, "profile": "sim-ci", "hardware_class": "sim:ci", "isl": 32,
@@ -207,8 +208,13 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
             break
         time.sleep(0.2)
     proc.send_signal(sig)
+    for _ in range(repeat - 1):  # an impatient user: Ctrl-C again while the partial level is being saved
+        time.sleep(0.02)
+        proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
+    if repeat > 1:
+        assert "saving the partial level first" in out, out[-3000:]
     doc = json.loads(next(runs.glob("*.json")).read_text())
     assert doc["status"] == "interrupted" and doc["complete"] is False
     c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import engines
 from ..categories import SglperfError, UsageError
 from ..fileio import check_writable, write_jsonl
-from ..interrupts import interrupt_on_sigterm
+from ..interrupts import interrupt_on_sigterm, resume
 from ..measure.client import Workload
 from ..measure.level import LevelSpec, parse_levels, run_level
 from ..measure.metrics import MeasurementPolicy
@@ -286,6 +286,7 @@ def main(args: argparse.Namespace) -> int:
         check_open_files(args)
         run(args, rec, ctx)
     except (ValueError, SglperfError) as e:
+        resume()
         print(f"sglperf bench: {e.report() if isinstance(e, SglperfError) else e}", file=sys.stderr)
         return 2 if isinstance(e, (ValueError, UsageError)) else 1
     except KeyboardInterrupt:
@@ -311,6 +312,7 @@ def main(args: argparse.Namespace) -> int:
         write_jsonl(args.records, ({"level": m.result.concurrency if m.result.concurrency is not None else
                                     f"r{m.result.rate:g}", **vars(r)} for m in measurements for r in m.records))
         print(f"records: {args.records}")
+    resume()  # a Ctrl-C while the interrupted run was written was noted, not raised: it ends now
     if interrupted:
         return 130
     return 0 if all(r.valid for r in results) else 1

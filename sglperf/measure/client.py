@@ -12,7 +12,9 @@ import errno
 import json
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -23,6 +25,7 @@ from orjson import dumps
 
 from .prompts import LengthMix, Prompt, PromptMaker, SharedPrefix, Tokenizer
 from ..records import FULL, OUTPUT_SAMPLE_EVERY, ClientSample, RequestRecord, Shape
+from ..interrupts import defer
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
 from .wire import CHAT, NATIVE, Wire, by_name
@@ -113,6 +116,7 @@ def run_loop(main):
     """asyncio.run, on uvloop where it is installed (`pip install 'sglperf[fast]'`): the same measurements, a
     seventh less CPU per streamed token (benchmarks/client_vs_bench_serving.py). SGLPERF_EVENT_LOOP=asyncio keeps
     asyncio's own loop (to compare, or to rule uvloop out)."""
+    main = _cancelled_on_ctrl_c(main)
     try:
         import uvloop
     except ImportError:
@@ -124,6 +128,26 @@ def run_loop(main):
             return runner.run(main)
     uvloop.install()
     return asyncio.run(main)
+
+
+async def _cancelled_on_ctrl_c(main):
+    """`main`, cancelled by the first Ctrl-C (or SIGTERM), after which further ones are noted, not raised, until the
+    caller has saved what the cancelled level measured (interrupts.defer). asyncio's own handler raises
+    KeyboardInterrupt on the second one, wherever the loop is: a level being saved was lost."""
+    task, loop = asyncio.current_task(), asyncio.get_running_loop()
+
+    def first(signum, frame):
+        defer("the partial level")
+        loop.call_soon_threadsafe(task.cancel)
+
+    if threading.current_thread() is not threading.main_thread():
+        return await main
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        return await main
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:  # not interrupted: Ctrl-C is asyncio's again
+            signal.signal(signal.SIGINT, previous)
 
 
 def raise_open_files_limit() -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..categories import UsageError
+from ..interrupts import defer
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
 from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
 from ..environment.gpu import GpuMonitor
@@ -372,7 +373,9 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
             stop, decision = await _watch(gen, load, Checker(spec, workload, policy, monitors, samples), spec, policy,
                                           watch, decided, progress, clock)
         except asyncio.CancelledError:
-            # Interrupted (Ctrl-C, SIGTERM): keep what was measured, marked incomplete; the caller re-raises.
+            # Interrupted (Ctrl-C, SIGTERM): keep what was measured, marked incomplete; the caller saves it (another
+            # Ctrl-C meanwhile is noted, not raised) and re-raises.
+            defer("the partial level")
             stop = Stop("interrupted", incomplete=True, note="interrupted before the level finished")
             task = asyncio.current_task()
             if task is not None and hasattr(task, "uncancel"):

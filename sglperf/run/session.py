@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 from ..store import baselines, fleet, history
+from ..interrupts import resume
 from . import profiles
 from ..environment import fingerprint, host_speed
 from ..environment.host import open_files_problem
@@ -205,6 +206,11 @@ class Suite(Servers):
             self.recorder(run.profile).add_replicate(run.name, lv, meas.result, meas.records, meas.server_samples,
                                                      meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"],
                                                      why)
+            if meas.stop_reason == "interrupted":  # saved; no further level of this replicate is measured
+                self.interrupted = True
+                resume()
+                raise KeyboardInterrupt(f"interrupted during {run.where} c{lv} (server start {run.starts}); its "
+                                        f"partial result is saved, marked incomplete")
             out[lv] = meas
         self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
         return out
@@ -220,6 +226,7 @@ class Suite(Servers):
                                              meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
         if meas.stop_reason == "interrupted":
             self.interrupted = True
+            resume()
             raise KeyboardInterrupt(f"interrupted during {run.where} c{level}; its partial result is saved, "
                                     f"marked incomplete")
         return meas
@@ -307,6 +314,7 @@ class Suite(Servers):
 
     # ------------------------------------------------------------------ the end of a run
     def finish(self, interrupted: bool) -> None:
+        resume()  # whatever interrupted the run, Ctrl-C ends the rest of it
         """Close every run file, append history, write the Allure side files and candidates. Each writer runs even
         when another failed; failures are collected in `late_problems`."""
         interrupted = interrupted or self.interrupted
