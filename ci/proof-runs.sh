@@ -1,4 +1,4 @@
-# Sourced by ci/gpu-proof.sh and ci/gpu-proof-sglang.sh: the nightly script itself (ci/run-perf.sh, MARKER=gpu1)
+# Sourced by ci/gpu-proof.sh and ci/gpu-proof-sglang.sh: the nightly script itself (ci/run-perf.sh, MARKER gpu1 unless set)
 # RUNS times with profile $1, each run under $PROOF/run-N, the history in $PROOF/persist. Each run's raw records and
 # server samples are also packed as run-N-raw.tar (no compression: they are gzip already), beside its run file, so a
 # device call can bring them back (a file there must stay under 16 MiB: a larger one is named, not truncated).
@@ -12,7 +12,7 @@ proof_runs() {
     mkdir -p "$dir"
     t=$(date +%s)
     REPORTS_DIR="$dir" SGLPERF_PERSIST_DIR="$PROOF/persist" SGLPERF_SKIP_INSTALL=1 SGLANG_VERSION= PYTHON=python3 \
-      PROFILE="${PROFILE:-$profile}" MARKER=gpu1 bash ci/run-perf.sh 2>&1 | tee "$dir/pytest.log"
+      PROFILE="${PROFILE:-$profile}" MARKER="${MARKER:-gpu1}" bash ci/run-perf.sh 2>&1 | tee "$dir/pytest.log"
     rc=$?
     log "run $i: pytest exit $rc after $(( $(date +%s) - t )) s"
     if [ -d "$dir/runs" ]; then

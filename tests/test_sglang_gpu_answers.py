@@ -70,9 +70,10 @@ def test_the_gpu1_sglang_profiles_flags_are_all_sglang_0_5_17_flags_and_the_glm5
     v17 = {ln.strip() for ln in (Path(sglang.__file__).parent.parent / "data" / "sglang-0.5.17-flags.txt")
            .read_text().splitlines() if ln.startswith("--")}
     assert len(v17) > 400
-    prof = profiles.load("gpu1-sglang")
-    for c in prof.configs:
-        assert sglang.check_flags(prof.launch_argv(c.name, resolve=False), v17) == [], c.name
+    for name in ("gpu1-sglang", "gpu8-sglang-glm-moe"):
+        prof = profiles.load(name)
+        for c in prof.configs:
+            assert sglang.check_flags(prof.launch_argv(c.name, resolve=False), v17) == [], (name, c.name)
     glm5 = profiles.load("glm5-nvfp4-tp8")
     for c in glm5.configs:
         assert sglang.check_flags(glm5.launch_argv(c.name, resolve=False), sglang.vendored_flags()) == [], c.name
@@ -142,3 +143,26 @@ def test_real_sglang_on_an_h100_judged_plateau_on_each_ceiling_and_the_ab_gain_p
     assert ab.kind == "pass", ab.message
     gains = session.recorded["ab"].gains
     assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains
+
+
+def test_the_tiny_glm_moe_is_glm_4_5_shaped_for_tp8_and_real_sglang_loads_it(tmp_path):
+    """The gpu8 profile's model: Glm4MoeForCausalLM (GLM-4.5's, the newest GLM MoE SGLang 0.5.17 has), heads and
+    KV heads divisible by 8, routed experts and a shared one, config and tokenizer only (--load-format dummy). Made
+    with the SGLang CPU venv's transformers (the GPU host's has its own), and real SGLang 0.5.23 on the CPU served it
+    once by hand (docs/gpu-proof.md): here its config is checked."""
+    from sglperf.engines import sglang, sglang_cpu
+    from sglperf.engines.sglang_model import make_model
+
+    from .test_sglang_contract import _require_sglang
+
+    _require_sglang()
+    out = make_model(sglang_cpu.python(), tmp_path / "glm", weights=False, kind="glm4_moe")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Glm4MoeForCausalLM"] and config["model_type"] == "glm4_moe"
+    assert config["num_attention_heads"] % 8 == 0 and config["num_key_value_heads"] % 8 == 0
+    assert config["n_routed_experts"] == 64 and config["num_experts_per_tok"] == 4 and config["n_shared_experts"] == 1
+    assert (out / "tokenizer.json").exists() and not list(out.glob("*.safetensors"))
+    prof = profiles.load("gpu8-sglang-glm-moe")
+    argv = prof.launch_argv("rr16", resolve=False)
+    assert argv[argv.index("--tp-size") + 1] == "8"
+    assert sglang.gpu_model_dir("glm4_moe").name == "sglang-gpu-model-glm4_moe-256x3-dummy"

@@ -14,14 +14,19 @@ from pathlib import Path
 from ..fileio import cache_dir
 from ..records import Ceiling, ServerSample
 from .base import Engine, FlagCheck, Series, server_count
-from .sglang_model import MODEL, make_model
+from .sglang_model import GLM_MOE, MODEL, make_model
 
 VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
 
 
-def gpu_model_dir() -> Path:
-    """The tiny model's config and tokenizer for SGLang on a GPU (its weights are SGLang's dummy ones)."""
-    return cache_dir() / f"sglang-gpu-model-llama-{MODEL['hidden_size']}x{MODEL['num_hidden_layers']}-dummy"
+def gpu_model_dir(kind: str = "llama") -> Path:
+    """A tiny model's config and tokenizer for SGLang on a GPU (its weights are SGLang's dummy ones): the Llama, or
+    the GLM-shaped MoE (`kind` "glm4_moe")."""
+    shape = GLM_MOE if kind == "glm4_moe" else MODEL
+    return cache_dir() / f"sglang-gpu-model-{kind}-{shape['hidden_size']}x{shape['num_hidden_layers']}-dummy"
+
+
+GPU_MODELS = {"{sglang_gpu_model}": "llama", "{sglang_gpu_glm_moe_model}": "glm4_moe"}
 
 
 def vendored_flags() -> set[str]:
@@ -127,8 +132,9 @@ class SGLang(Engine):
             from . import sglang_cpu
 
             sglang_cpu.prepare()
-        if "{sglang_gpu_model}" in argv and not (gpu_model_dir() / "config.json").exists():
-            make_model(sys.executable, gpu_model_dir(), weights=False)
+        for placeholder, kind in GPU_MODELS.items():
+            if placeholder in argv and not (gpu_model_dir(kind) / "config.json").exists():
+                make_model(sys.executable, gpu_model_dir(kind), weights=False, kind=kind)
 
     def resolve(self, part: str) -> str:
         from . import sglang_cpu
@@ -137,8 +143,8 @@ class SGLang(Engine):
             return str(sglang_cpu.python())
         if part == "{sglang_cpu_model}":
             return str(sglang_cpu.model_dir())
-        if part == "{sglang_gpu_model}":
-            return str(gpu_model_dir())
+        if part in GPU_MODELS:
+            return str(gpu_model_dir(GPU_MODELS[part]))
         return super().resolve(part)
 
     def vocab_size(self, url, api_key, info, timeout=10.0):

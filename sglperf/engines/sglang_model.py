@@ -1,6 +1,8 @@
-"""The tiny deterministic Llama that real SGLang serves in the suite's own runs: 2 layers, hidden 256, a word-level
-tokenizer of 32,000 words (one word, one token), made from a seed. On the CPU it carries random weights; on a GPU
-host SGLang makes its own (`--load-format dummy`), so only the config and the tokenizer are written.
+"""The tiny deterministic models that real SGLang serves in the suite's own runs, with a word-level tokenizer of
+32,000 words (one word, one token), made from a seed: a Llama (2 layers, hidden 256) and a GLM-shaped MoE (GLM-4.5's
+Glm4MoeForCausalLM, the newest GLM MoE SGLang 0.5.17 serves: GLM-5's own architecture came later) whose heads and
+experts divide by eight, for tensor parallelism 8. On the CPU the Llama carries random weights; on a GPU host SGLang
+makes its own (`--load-format dummy`), so only the config and the tokenizer are written.
 
 Why made, not downloaded: the machines that run it reach no model hub, and a model made from a seed by pinned
 packages is the same everywhere."""
@@ -17,17 +19,28 @@ from ..categories import InfraError
 VOCAB = 32000
 MODEL = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=512, max_position_embeddings=512)
+# GLM-4.5's layout in small: a dense first layer, then MoE layers of 64 routed experts (top 4 of one group, as
+# GLM's router picks them) and one shared expert; 8 query and 8 KV heads (one of each per rank at TP8), half-rotary
+# attention with biases, as GLM-4.5 has.
+GLM_MOE = dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=8, head_dim=32,
+               intermediate_size=512, moe_intermediate_size=128, n_routed_experts=64, num_experts_per_tok=4,
+               n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, norm_topk_prob=True,
+               routed_scaling_factor=1.0, use_qk_norm=False, attention_bias=True, partial_rotary_factor=0.5,
+               max_position_embeddings=2048, tie_word_embeddings=False)
+ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM")}
 FIRST_WORD_ID = 3  # <unk> <s> </s>, then w0 ... w31996: one word, one token
 MAKE_MODEL = '''
 import sys
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, PreTrainedTokenizerFast
+import transformers
+from transformers import PreTrainedTokenizerFast
 out, seed, vocab, shape, weights = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), eval(sys.argv[4]), sys.argv[5]
+config_class, architecture = sys.argv[6], sys.argv[7]
 words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(vocab - 3)}}
 tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
 tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>").save_pretrained(out)
-config = LlamaConfig(vocab_size=vocab, bos_token_id=1, eos_token_id=2, **shape)
+config = getattr(transformers, config_class)(vocab_size=vocab, bos_token_id=1, eos_token_id=2, **shape)
 if weights == "weights":
     import torch
     from transformers import LlamaForCausalLM
@@ -35,17 +48,22 @@ if weights == "weights":
     LlamaForCausalLM(config).save_pretrained(out)
 else:
     config.torch_dtype = "bfloat16"
-    config.architectures = ["LlamaForCausalLM"]  # a model's save writes it; a bare config's does not
+    config.architectures = [architecture]  # a model's save writes it; a bare config's does not
     config.save_pretrained(out)
 '''
 
 
-def make_model(python: Path | str, out: Path, seed: int = 0, *, weights: bool, shape: dict | None = None) -> Path:
-    """Write the model into `out` (atomically: a half-written model is never found there) with `python`, an
-    interpreter that has transformers (and torch, for `weights`)."""
+def make_model(python: Path | str, out: Path, seed: int = 0, *, weights: bool, shape: dict | None = None,
+               kind: str = "llama") -> Path:
+    """Write the model of `kind` (ARCHITECTURES) into `out` (atomically: a half-written model is never found there)
+    with `python`, an interpreter that has transformers (and torch, for `weights`: the Llama only)."""
+    if weights and kind != "llama":
+        raise ValueError(f"only the Llama is made with weights, not {kind!r}")
+    config_class, architecture = ARCHITECTURES[kind]
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    p = subprocess.run([str(python), "-c", MAKE_MODEL, str(tmp), str(seed), str(VOCAB), repr(shape or MODEL),
-                        "weights" if weights else "config"], capture_output=True, text=True)
+    default = GLM_MOE if kind == "glm4_moe" else MODEL
+    p = subprocess.run([str(python), "-c", MAKE_MODEL, str(tmp), str(seed), str(VOCAB), repr(shape or default),
+                        "weights" if weights else "config", config_class, architecture], capture_output=True, text=True)
     if p.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise InfraError(f"making the tiny model with {python} failed ({p.returncode}):\n"
