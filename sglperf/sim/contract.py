@@ -18,7 +18,7 @@ SIM_ONLY_INFO = ("sglperf_simulator",)  # the simulator's own block: its preset,
 # /metrics: families SGLang exposes that the simulator does not (it models no SWA, Mamba, DP attention,
 # speculative decoding, disaggregation, routing keys, HTTP counters, memory gauges or per-stage timings).
 METRICS_LEFT_OUT = frozenset({
-    "sglang:cache_hit_rate", "sglang:context_len", "sglang:decode_sum_seq_lens", "sglang:dp_attention_pairs_total",
+    "sglang:context_len", "sglang:decode_sum_seq_lens", "sglang:dp_attention_pairs_total",
     "sglang:dp_attention_steps_total", "sglang:dp_attention_sync_wait_seconds",
     "sglang:dp_attention_token_imbalance_ratio", "sglang:dp_attention_tokens_total", "sglang:evicted_tokens_total",
     "sglang:eviction_duration_seconds", "sglang:full_token_usage", "sglang:fwd_occupancy",
