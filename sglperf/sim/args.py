@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
-    s = p.add_argument_group("simulator only")
+    _simulator_flags(p.add_argument_group("simulator only"))
+    _fault_flags(p.add_argument_group("simulator faults (each plays one way a real server goes wrong)"))
+    return p
+
+
+def _simulator_flags(s) -> None:
     s.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     s.add_argument("--time-scale", type=positive, default=1.0,
                    help="engine runs X times faster than real time: a client measures X times the tok/s and 1/X "
@@ -129,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--noise-seed", type=int, default=None,
                    help="seeds that noise (default: fresh at every start, as hardware is; --random-seed seeds "
                         "sampling only, as SGLang's does)")
+
+
+def _fault_flags(s) -> None:
     s.add_argument("--fault-crash-after", type=float, default=None, metavar="SECONDS")
     s.add_argument("--fault-hang-after", type=float, default=None, metavar="SECONDS")
     s.add_argument("--fault-slow-start", type=float, default=0.0, metavar="SECONDS")
@@ -147,7 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative decoding ignores SGLANG_SIMULATE_ACC_LEN (a server where the pin does not hold)")
     s.add_argument("--fault-short-rate", type=fraction, default=0.0, metavar="P",
                    help="requests that finish with finish_reason length but fewer tokens than asked")
-    return p
 
 
 @dataclass(frozen=True)

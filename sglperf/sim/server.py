@@ -71,16 +71,7 @@ async def serve(res: sim_args.Resolved) -> int:
               "RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). "
               "Injected start-up failure (--fault-startup-fail).", file=sys.stderr, flush=True)
         return 1
-    log_sched("Load weight end. elapsed=%.2f s, type=%s, quant=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
-              res.preset.startup_s, res.preset.architectures[0], a.quantization, res.preset.gpu_mem_gib
-              - res.preset.weights_gib_per_gpu, res.preset.weights_gib_per_gpu)
-    log_sched("KV Cache is allocated. dtype: %s, #tokens: %d, KV size: %.2f GB", res.kv_cache_dtype,
-              res.max_total_num_tokens, res.mem_fraction_static * res.preset.gpu_mem_gib
-              - res.preset.weights_gib_per_gpu)
-    log_sched("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, "
-              "context_len=%d, available_gpu_mem=%.2f GB", res.max_total_num_tokens, res.chunked_prefill_size,
-              a.max_prefill_tokens, res.max_running_requests, res.context_len,
-              res.preset.gpu_mem_gib * (1 - res.mem_fraction_static))
+    _log_loaded(res)
     raise_nofile()
     app = build_app(srv)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -114,6 +105,29 @@ async def serve(res: sim_args.Resolved) -> int:
     srv.status = "Up"
     srv.ready_at = time.time()
     log.info("The server is fired up and ready to roll!")
+    faults = _injected_faults(srv, a)
+    await stop.wait()
+    await _shut_down(srv, runner, [engine_task, *faults])
+    return 0
+
+
+def _log_loaded(res: sim_args.Resolved) -> None:
+    """SGLang's scheduler lines once its weights and KV pool are in place, in its words and numbers."""
+    a = res.args
+    log_sched("Load weight end. elapsed=%.2f s, type=%s, quant=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+              res.preset.startup_s, res.preset.architectures[0], a.quantization, res.preset.gpu_mem_gib
+              - res.preset.weights_gib_per_gpu, res.preset.weights_gib_per_gpu)
+    log_sched("KV Cache is allocated. dtype: %s, #tokens: %d, KV size: %.2f GB", res.kv_cache_dtype,
+              res.max_total_num_tokens, res.mem_fraction_static * res.preset.gpu_mem_gib
+              - res.preset.weights_gib_per_gpu)
+    log_sched("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, "
+              "context_len=%d, available_gpu_mem=%.2f GB", res.max_total_num_tokens, res.chunked_prefill_size,
+              a.max_prefill_tokens, res.max_running_requests, res.context_len,
+              res.preset.gpu_mem_gib * (1 - res.mem_fraction_static))
+
+
+def _injected_faults(srv: SimServer, a) -> list[asyncio.Task]:
+    """--fault-crash-after (the scheduler dies: SIGKILL, as SGLang's crash path ends) and --fault-hang-after."""
     faults = []
     if a.fault_crash_after is not None:
         async def crash() -> None:
@@ -129,12 +143,17 @@ async def serve(res: sim_args.Resolved) -> int:
             log.warning("Injected hang (--fault-hang-after): the engine stops producing tokens.")
             srv.hung = True
         faults.append(asyncio.create_task(hang()))
-    await stop.wait()
+    return faults
+
+
+async def _shut_down(srv: SimServer, runner, tasks: list[asyncio.Task]) -> None:
+    """SIGTERM drains in-flight requests (up to 30 s, unless hung or SGL_FORCE_SHUTDOWN), then the HTTP server and
+    the child processes end."""
     if srv.shutting_down and not os.environ.get("SGL_FORCE_SHUTDOWN"):
         end = time.monotonic() + 30
         while srv.streams and time.monotonic() < end and not srv.hung:
             await asyncio.sleep(0.1)
-    for t in [engine_task, *faults]:
+    for t in tasks:
         t.cancel()
     await runner.cleanup()
     for c in srv.children:
@@ -144,7 +163,6 @@ async def serve(res: sim_args.Resolved) -> int:
         except subprocess.TimeoutExpired:
             c.kill()
     log.info("Shutdown complete.")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
