@@ -230,7 +230,7 @@ def test_an_open_loop_level_says_where_the_server_fell_behind_the_offered_rate()
     the Poisson arrivals short, the server saturating at about 6 req/s."""
     def level(done):
         return [RequestRecord(i, i * 0.1, i * 0.1 + (0.05 if i < done else 500.0), 32, 32, (1.0,), (32,), 32, 32,
-                              "length") for i in range(1000)]
+                              "length") for i in range(1001)]
     kept = open_loop(level(1000), (0.0, 100.0), 10.0, 0.0)
     assert kept == {"offered_rps": 10.0, "sent_rps": 10.0, "achieved_rps": 10.0, "saturation": None}
     behind = open_loop(level(600), (0.0, 100.0), 10.0, 37.5)
