@@ -3,7 +3,7 @@ the client's count against the server's, and (a shared-prefix workload) the pref
 
 import pytest
 
-from fixtures.plugin import allure_on, benchmark_round, evidence_on_failure, settle
+from fixtures.plugin import allure_on, benchmark_round, evidence_on_failure, judge_level, settle
 from sglperf.decide import decide
 from sglperf.decide.count import ServerCount
 from sglperf.decide.floor import Floor, LatencyCeilings
@@ -25,19 +25,11 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
 
 
 def test_latency_ceilings(perf_config, level, perf_level, request):
-    run = perf_config
-    if allure_on(request.config):
-        report.label_level(run.profile.name, run.name, level, f"c{level}: latency ceilings")
-    with evidence_on_failure(request, run):
-        settle(decide(LatencyCeilings(level), run), attach="latency verdicts", request=request)
+    judge_level(request, perf_config, level, "latency ceilings", LatencyCeilings(level), attach="latency verdicts")
 
 
 def test_request_health(perf_config, level, perf_level, request):
-    run = perf_config
-    if allure_on(request.config):
-        report.label_level(run.profile.name, run.name, level, f"c{level}: request health")
-    with evidence_on_failure(request, run):
-        settle(decide(RequestHealth(level), run))
+    judge_level(request, perf_config, level, "request health", RequestHealth(level))
 
 
 def test_client_matches_server_count(perf_config, level, perf_level, request):
@@ -49,8 +41,4 @@ def test_client_matches_server_count(perf_config, level, perf_level, request):
 
 @pytest.mark.workload("shared_prefix")
 def test_prefix_cache(perf_config, level, perf_level, request):
-    run = perf_config
-    if allure_on(request.config):
-        report.label_level(run.profile.name, run.name, level, f"c{level}: prefix cache")
-    with evidence_on_failure(request, run):
-        settle(decide(PrefixCache(level), run))
+    judge_level(request, perf_config, level, "prefix cache", PrefixCache(level))

@@ -47,6 +47,5 @@ def resume() -> None:
     if not _Deferred.active:
         return
     previous = _Deferred.previous
-    signal.signal(signal.SIGINT, previous if callable(previous) or previous in (signal.SIG_IGN, signal.SIG_DFL)
-                  else signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
     _Deferred.active = False

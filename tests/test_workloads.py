@@ -231,11 +231,11 @@ def test_an_open_loop_level_says_where_the_server_fell_behind_the_offered_rate()
     def level(done):
         return [RequestRecord(i, i * 0.1, i * 0.1 + (0.05 if i < done else 500.0), 32, 32, (1.0,), (32,), 32, 32,
                               "length") for i in range(1001)]
-    kept = open_loop(level(1000), (0.0, 100.0), 10.0, 0.0)
+    kept = open_loop(level(1000), 10.0, 0.0)
     assert kept == {"offered_rps": 10.0, "sent_rps": 10.0, "achieved_rps": 10.0, "saturation": None}
-    behind = open_loop(level(600), (0.0, 100.0), 10.0, 37.5)
+    behind = open_loop(level(600), 10.0, 37.5)
     assert behind["achieved_rps"] == 6.0
     assert behind["saturation"] == ("offered 10 req/s, the client sent 10.00, the server completed 6.00 in the window "
                                     "(12.6 standard deviations of the arrivals short): the server saturated at about "
                                     "6.00 req/s; the server's queue held 37.5 requests on average")
-    assert open_loop(level(1000), (0.0, 100.0), None, None) == {}, "a closed-loop level records none of it"
+    assert open_loop(level(1000), None, None) == {}, "a closed-loop level records none of it"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..categories import PREFIX_CACHE, REGRESSION
+from ..categories import PREFIX_CACHE
 from ..judge.floor import check_floor
 from .floor import no_baseline, other_workload
 from .outcome import Outcome
@@ -56,7 +56,7 @@ class PrefixCache:
         if outside:
             return Outcome.skip(f"{where}: prefix cache floor not judged: {outside} ({path}); {shown}", [shown])
         v = check_floor([s.result for s in ev.level_starts(self.level)], entry, where=where,
-                        baseline_source=str(path), log_path=ev.log_path, last=True)
+                        baseline_source=str(path), log_path=ev.log_path, last=True, regression=PREFIX_CACHE)
         if v.outcome == "pass":
             return Outcome.passed().showing([shown, v.message])
-        return Outcome.fail(v.message.replace(f"{REGRESSION}:", f"{PREFIX_CACHE}:", 1), [shown])
+        return Outcome.fail(v.message, [shown])

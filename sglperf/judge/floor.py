@@ -11,7 +11,7 @@ from scipy import stats
 from ..store.baselines import Entry
 from .noise import FALSE_ALARM, MIN_TOLERANCE
 from .noise import of as noise_of
-from ..categories import INCONCLUSIVE, REGRESSION
+from ..categories import INCONCLUSIVE, PREFIX_CACHE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
 from ..records import METRICS, LevelResult, half_width, value_format
 from .disturbance import STEAL_NAMED, steal_share
@@ -40,7 +40,7 @@ class FloorVerdict:
     def detail(self) -> str:
         """The message without its category prefix: what an INVALID (disturbed) level quotes of its measurement,
         so the failure carries one category, not a REGRESSION inside an INVALID."""
-        for prefix in (REGRESSION, INCONCLUSIVE):
+        for prefix in (REGRESSION, PREFIX_CACHE, INCONCLUSIVE):
             if self.message.startswith(prefix + ": "):
                 return self.message[len(prefix) + 2:]
         return self.message
@@ -157,14 +157,16 @@ def outlier_start(levels: list[LevelResult], metric: str, noise=None) -> tuple[i
 
 
 def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: str, baseline_source: str,
-                log_path: str | None, env_diff: str = "", last: bool = False) -> FloorVerdict:
+                log_path: str | None, env_diff: str = "", last: bool = False,
+                regression: str = REGRESSION) -> FloorVerdict:
     """`level`: the level's result, or its results over several server starts (replicates), judged by their mean
     against the floor for that many starts, less one outlier start (`outlier_start`), named. `last`: no more
     starts will be taken. An interval that still straddles the floor is then decided by its point against the
     prediction bound that carries the between-start and the within-run noise together (t(0.995) x their
     quadrature sum, never above the floor; the interval's test spent the other half of the 1%): false regressions
     stay at 1%, and a level 4% low on a slower host after three starts is not left red for want of a fourth. A
-    level less precise than its floor is wide stays undecided."""
+    level less precise than its floor is wide stays undecided. `regression`: the category a drop is named by (a
+    prefix cache's share falls as PREFIX CACHE REGRESSION, decide/prefix.py)."""
     starts = level if isinstance(level, list) else [level]
     noise = noise_of(entry)
     aside, aside_why = outlier_start(starts, entry.metric, noise)
@@ -213,7 +215,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
         msg += f"; GPU telemetry: {gpu_describe(starts[-1].gpu)}"
     if log_path:
         msg += f"; server log: {log_path}"
-    prefix = {"pass": "", "regression": f"{REGRESSION}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
+    prefix = {"pass": "", "regression": f"{regression}: ", "inconclusive": f"{INCONCLUSIVE}: "}[outcome]
     return FloorVerdict(outcome, entry.metric, value, ci, floor, entry.value, tol, prefix + msg,
                         () if aside is None else (aside,))
 

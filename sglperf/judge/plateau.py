@@ -233,9 +233,9 @@ def _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_asi
 
 
 # SGLang admits requests against an estimate of the tokens its running ones will still need, and retracts some when
-# the pool fills, so a KV-bound server's running count swings about the pool's ceiling instead of sitting at it (real
-# SGLang on a GPU: mean 0.86-0.98 x, peaks up to 1.20 x; docs/measurement.md, "The KV plateau of a real SGLang"). An
-# admission cap is a hard limit: the maximum sits at it.
+# the pool fills, so a KV-bound server's running count swings about the pool's ceiling instead of sitting at it: its
+# mean a little under, its peaks over (docs/measurement.md, "The KV plateau of a real SGLang"). An admission cap is a
+# hard limit: the maximum sits at it.
 KV_SWING = 0.20
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..categories import UsageError
-from ..interrupts import defer
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
 from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
 from ..environment.gpu import GpuMonitor
@@ -374,8 +373,7 @@ async def measure_level(target: Target, workload: Workload, spec: LevelSpec, pol
                                           watch, decided, progress, clock)
         except asyncio.CancelledError:
             # Interrupted (Ctrl-C, SIGTERM): keep what was measured, marked incomplete; the caller saves it (another
-            # Ctrl-C meanwhile is noted, not raised) and re-raises.
-            defer("the partial level")
+            # Ctrl-C meanwhile is noted, not raised: client.run_loop) and re-raises.
             stop = Stop("interrupted", incomplete=True, note="interrupted before the level finished")
             task = asyncio.current_task()
             if task is not None and hasattr(task, "uncancel"):

@@ -483,7 +483,7 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         count_source=Counter(r.count_source for r in st.ok).most_common(1)[0][0] if st.ok else None,
         **acceptance(st.ok, w, samples.server),
         **prefix_cache(st.ok, w, samples.server, cache_allowed),
-        **open_loop(records, w, rate, sv.get("server_mean_queued")),
+        **open_loop(records, rate, sv.get("server_mean_queued")),
     )
 
 
@@ -538,14 +538,14 @@ def prefix_cache(done: list[RequestRecord], window, server, allowed: float | Non
 SATURATION_Z = 3.0
 
 
-def open_loop(records: list[RequestRecord], window, rate: float | None, queued: float | None) -> dict:
+def open_loop(records: list[RequestRecord], rate: float | None, queued: float | None) -> dict:
     """An open-loop level's offered rate against what the client sent and the server completed while the load ran
-    (first send to last: a steady-state window chosen by in-flight counts is biased where few are in flight, and
-    read 10.7 completed of 4 offered req/s on real SGLang). Sent short of offered is the client's (its lag, measured
-    apart); completed short of offered by more than the arrivals' own noise is the server saturating: it completes
-    about the achieved rate, and requests wait. `window`: the level's, only to say there was one."""
+    (first send to last: a steady-state window chosen by in-flight counts is biased where few are in flight;
+    docs/measurement.md). Sent short of offered is the client's (its lag, measured apart); completed short of
+    offered by more than the arrivals' own noise is the server saturating: it completes about the achieved rate,
+    and requests wait."""
     sends = [r.send_time for r in records]
-    if rate is None or window is None or len(sends) < 2 or max(sends) <= min(sends):
+    if rate is None or len(sends) < 2 or max(sends) <= min(sends):
         return {}
     s, e = min(sends), max(sends)
     span = e - s

@@ -56,10 +56,6 @@ class LengthMix:
         i, o = np.exp(rng.normal(np.log([isl, osl]), self.sigma))
         return int(min(max(round(i), 1), self.isl_max)), int(min(max(round(o), 1), self.osl_max))
 
-    def sample(self, isl: int, osl: int, seed: int, n: int = 4096) -> np.ndarray:
-        """The KV tokens (input + output) of `n` requests as the workload draws them: its mean and tail."""
-        return np.array([sum(self.lengths(isl, osl, seed, 1 << 20, k)) for k in range(n)])
-
 
 class Tokenizer:
     """Hugging Face `tokenizers`, from a tokenizer.json file, a directory holding one, or a model in the local HF
