@@ -13,8 +13,10 @@ from sglperf.decide.floor import Floor
 from sglperf.decide.health import RequestHealth
 from sglperf.decide.plateau import Plateau
 from sglperf.decide.replay import RecordedConfig, RecordedRun
+from sglperf.judge import calibration
 from sglperf.measure.wire import NATIVE
 from sglperf.run import profiles
+from sglperf.store import baselines
 from sglperf.store.rundoc import load_run
 
 DATA = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17"
@@ -166,3 +168,47 @@ def test_the_tiny_glm_moe_is_glm_4_5_shaped_for_tp8_and_real_sglang_loads_it(tmp
     argv = prof.launch_argv("rr16", resolve=False)
     assert argv[argv.index("--tp-size") + 1] == "8"
     assert sglang.gpu_model_dir("glm4_moe").name == "sglang-gpu-model-glm4_moe-256x3-dummy"
+
+
+BASELINE_RUNS = DATA.parent / "h100-sglang-0.5.17-baseline"
+H100_BASELINE = Path(__file__).parents[1] / "baselines" / "gpu1-sglang" / "1-x-nvidia-h100-80gb-hbm3.json"
+
+
+def test_the_h100_baseline_is_what_calibration_makes_of_its_four_runs_and_two_runs_make_none():
+    """gpu1-sglang's H100 baseline (rr16 at c32 and c64) is calibrate over four recorded runs of one host, each its
+    own server start: CV 8.6-9.3% with 3 df gives tolerances of 33-35%, wide and honest (the tiny model leaves
+    SGLang's Python scheduler, the host's CPU, the bottleneck). Two of those runs (1 df) would need a floor at or
+    below zero: calibration leaves each level out and says why, rather than write a floor that judges nothing."""
+    runs = [load_run(p) for p in sorted(BASELINE_RUNS.glob("*.json"))]
+    committed = baselines.load(H100_BASELINE)
+    bf, notes = calibration.calibrate(runs, isl=128, osl=128, starts=2)
+    for lv in ("32", "64"):
+        made = bf.configs["rr16"][lv]["sustained_output_tps"]
+        kept = committed.configs["rr16"][lv]["sustained_output_tps"]
+        assert (made.value, made.tolerance, made.runs) == (kept.value, kept.tolerance, 4)
+        assert 0.25 < kept.tolerance < 0.45
+    two, notes = calibration.calibrate(runs[:2], isl=128, osl=128, starts=2)
+    assert not two.configs.get("rr16")
+    assert sum("left out" in n and "calibrate over more runs" in n for n in notes) == 2, notes
+
+
+def test_h100_runs_of_this_and_another_host_start_are_judged_against_the_h100_baseline():
+    """No floor of the calibration runs, nor of the earlier session's run on another start of an H100 host (6,490
+    and 6,546 tok/s: 24% under this host's mean, inside the 33-35% the four runs' noise allows), reads as a
+    regression: eight pass, and two levels whose own 30-s interval was +/-47-54% (lag-1 correlation 0.74-0.81: the
+    scheduler's speed drifting inside the window) are INCONCLUSIVE, their intervals straddling the floor. The live
+    run 2 of the four left rr16's plateau undecided after its second start (attributed to the cap), never violated."""
+    prof = profiles.load("gpu1-sglang")
+    bf = baselines.load(H100_BASELINE)
+    kinds = []
+    for path in [*sorted(BASELINE_RUNS.glob("*.json")), SUITE / "suite-run-both-cut.json"]:
+        run = load_run(path)
+        ev = RecordedConfig(run, "rr16", bf, prof, source=str(H100_BASELINE.name))
+        for lv in (32, 64):
+            outcome = decide(Floor(lv), ev)
+            kinds.append(outcome.kind)
+            assert outcome.kind == "pass" or (outcome.message.startswith("INCONCLUSIVE")
+                                              and "straddles the floor" in outcome.message), outcome.message
+    assert kinds.count("pass") == 8
+    live = load_run(BASELINE_RUNS / "20261205-192646-88cb69.json").configs["rr16"].plateau
+    assert live.outcome == "inconclusive" and live.attributed_to == "cap"

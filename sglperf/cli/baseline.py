@@ -243,6 +243,9 @@ def _calibrate(args) -> int:
                                           hosts=_hosts(args.host, runs))
         print(f"{metric}:\n" + "\n".join("  " + n for n in notes))
         new = baselines.merge(new, part)
+    if not any(new.configs.values()):
+        raise baselines.BaselineError(f"calibrate kept no level of {len(runs)} runs (each one's reason above): "
+                                      f"nothing written")
     _write(_target(args.file, runs[0].profile, runs[0].hardware_class), new, args.dry_run)
     return 0
 
