@@ -72,7 +72,7 @@ def test_the_gpu1_sglang_profiles_flags_are_all_sglang_0_5_17_flags_and_the_glm5
     v17 = {ln.strip() for ln in (Path(sglang.__file__).parent.parent / "data" / "sglang-0.5.17-flags.txt")
            .read_text().splitlines() if ln.startswith("--")}
     assert len(v17) > 400
-    for name in ("gpu1-sglang", "gpu8-sglang-glm-moe"):
+    for name in ("gpu1-sglang", "gpu1-sglang-spec", "gpu8-sglang-glm-moe"):
         prof = profiles.load(name)
         for c in prof.configs:
             assert sglang.check_flags(prof.launch_argv(c.name, resolve=False), v17) == [], (name, c.name)
