@@ -10,6 +10,7 @@ from sglperf.decide.floor import Floor, LatencyCeilings
 from sglperf.decide.health import RequestHealth
 from sglperf.decide.prefix import PrefixCache
 from sglperf.report import allure as report
+from sglperf.records import level_name
 
 
 @pytest.mark.measures
@@ -18,7 +19,7 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
     with evidence_on_failure(request, run):
         m = benchmark_round(benchmark, run.measure, level)
         if allure_on(request.config):
-            report.label_level(run.profile.name, run.name, level, f"c{level}: sustained throughput floor")
+            report.label_level(run.profile.name, run.name, level, f"{level_name(level)}: sustained throughput floor")
             report.measured_parameters(m.result)
             report.attach_level(m)
         settle(decide(Floor(level), run))
@@ -35,7 +36,7 @@ def test_request_health(perf_config, level, perf_level, request):
 def test_client_matches_server_count(perf_config, level, perf_level, request):
     run = perf_config
     if allure_on(request.config):
-        report.label_level(run.profile.name, run.name, level, f"c{level}: client vs server count")
+        report.label_level(run.profile.name, run.name, level, f"{level_name(level)}: client vs server count")
     settle(decide(ServerCount(level), run))
 
 

@@ -11,6 +11,17 @@ from typing import Callable
 
 SCHEMA_VERSION = 1
 
+class Rate(int):
+    """An open-loop level: the requests per second offered (Poisson arrivals), where a plain int level is a
+    concurrency (a closed loop). An int, so runs, baselines and history key both kinds of level alike; a profile's
+    ladder is all of one kind (`rates` or `levels`), and `level_name` tells them apart in every message."""
+
+
+def level_name(level) -> str:
+    """How messages name a level: c32 for a concurrency, r40 for an offered rate."""
+    return f"r{int(level)}" if isinstance(level, Rate) else f"c{level}"
+
+
 # Error kinds a request can end with. Anything here is an error, never a success.
 ERROR_KINDS = (
     "http_status",  # non-200 answer
@@ -265,6 +276,11 @@ class LevelResult:
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None
     client_late_share: float | None = None
+
+    @property
+    def name(self) -> str:
+        """c32 for a closed-loop level, r40 for an open-loop one (level_name)."""
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -247,5 +247,6 @@ def test_latency_entries_are_calibrated_beside_the_throughput_ones(tmp_path):
     p = subprocess.run([sys.executable, "-m", "sglperf.cli", "baseline", "calibrate", *files, "--file", str(noisy),
                         "--metric", "ttft_p50_ms", "--max-tolerance", "0.05"], capture_output=True, text=True,
                        timeout=60)
-    assert p.returncode == 0 and "too noisy to judge in one run" in p.stdout, p.stdout + p.stderr
-    assert baselines.load(noisy).configs == {}, "an entry too noisy to judge is left out, never written"
+    assert p.returncode == 2 and "too noisy to judge in one run" in p.stdout, p.stdout + p.stderr
+    assert "calibrate kept no level of 4 runs" in p.stderr and "nothing written" in p.stderr
+    assert not noisy.exists(), "an entry too noisy to judge is left out, never written; a baseline of none is no file"

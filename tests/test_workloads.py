@@ -14,7 +14,7 @@ from sglperf.measure.metrics import open_loop, prefix_cache
 from sglperf.measure.validity import check_prompt_lengths
 from sglperf.measure.prompts import PromptMaker, SharedPrefix
 from sglperf.measure.wire import NATIVE, by_name
-from sglperf.records import RequestRecord, ServerSample, Shape
+from sglperf.records import Rate, RequestRecord, ServerSample, Shape, level_name
 from sglperf.report.allure import perf_entries
 from sglperf.report.html import GROUPS, KINDS
 from sglperf.run import profiles
@@ -239,3 +239,43 @@ def test_an_open_loop_level_says_where_the_server_fell_behind_the_offered_rate()
                                     "(12.6 standard deviations of the arrivals short): the server saturated at about "
                                     "6.00 req/s; the server's queue held 37.5 requests on average")
     assert open_loop(level(1000), None, None) == {}, "a closed-loop level records none of it"
+
+
+def test_a_profiles_ladder_is_concurrencies_or_offered_rates_never_both_and_messages_name_each(tmp_path):
+    rate = profiles.load("sim-rate")
+    assert rate.levels == [20, 40] and all(isinstance(lv, Rate) for lv in rate.levels)
+    assert [level_name(lv) for lv in rate.levels] == ["r20", "r40"]
+    assert [level_name(lv) for lv in rate.ladder(["30"])] == ["r30"], "--levels is read as the profile's kind"
+    closed = profiles.load("sim-ci")
+    assert [level_name(lv) for lv in closed.ladder([8])] == ["c8"]
+    text = (profiles.PROFILE_DIR / "sim-rate.toml").read_text()
+    for ladder, words in (("rates = [20, 40]\nlevels = [8]", "exactly one of them"), ("rates = []", "exactly one of "
+                          "them"), ("rates = [0, 20]", "rates: .*must be positive")):
+        bad = tmp_path / "ladder.toml"
+        bad.write_text(text.replace("rates = [20, 40]", ladder))
+        with pytest.raises(profiles.ProfileError, match=words):
+            profiles.load(str(bad))
+
+
+def test_an_open_loop_profile_runs_its_rates_and_a_server_saturating_below_them_fails_saying_where(tmp_path):
+    """sim-rate offers 20 and 40 req/s; its baseline gates throughput and latency at each. Capped at 4 running
+    requests the simulator completes about 16 req/s: the floor fails as THROUGHPUT REGRESSION, its message saying
+    the server saturated and where, not that the client fell behind."""
+    def rate_suite(reports, *args):
+        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-rfs", "-p", "no:randomly",
+                            "--profile", "sim-rate", "--reports-dir", str(reports), *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=400, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = rate_suite(tmp_path / "a", "--levels", "40", "-k", "floor or request_health")
+    assert p.returncode == 0, out[-3000:]
+    assert "sim-rate/rr24 r40: sustained" in out
+    run = json.loads(next((tmp_path / "a" / "runs").glob("*.json")).read_text())
+    level = run["configs"]["rr24"]["levels"]["40"]
+    assert (level["concurrency"], level["offered_rps"], level["saturation"]) == (None, 40.0, None)
+    assert abs(level["achieved_rps"] / 40 - 1) < 0.1
+    p, out = rate_suite(tmp_path / "b", "--levels", "20", "-k", "floor", "--server-arg=--max-running-requests=4")
+    assert p.returncode == 1, out[-3000:]
+    assert "FAILED perf_tests/test_levels.py::test_sustained_throughput_floor[sim-rate/rr24/r20]" in out
+    line = next(ln for ln in out.splitlines() if "THROUGHPUT REGRESSION: sim-rate/rr24 r20: sustained_output_tps" in ln)
+    assert "offered 20 req/s" in line and "the server saturated at about" in line, line

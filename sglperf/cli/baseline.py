@@ -181,7 +181,7 @@ def _show(args) -> int:
                              f"{n.detectable(floor=e.min_tolerance or 0.0):.1%} in one start"
                              + (f", {n.detectable(reps, floor=e.min_tolerance or 0.0):.1%} over {reps}"
                                 if reps > 1 else "")) if n else ""
-                    print(f"  {cname:<14} c{lv:<6} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
+                    print(f"  {cname:<14} {bf.level_name(lv):<7} {m:<22} {e.value:>12,.1f}  floor {e.floor:>12,.1f} "
                           f"(-{e.tolerance:.1%}{noise})  {e.source}, {e.taken_at}")
     return 0
 

@@ -13,6 +13,7 @@ from ..judge.starts import judged_start, starts_judged
 from ..store.recorder import ABDoc
 from .outcome import Outcome
 from .settle import settle
+from ..records import level_name
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,14 @@ class AB:
         runs = {name: ev.config_run(prof.name, name) for name in (prof.ab.base, prof.ab.tuned)}
         levels = ev.levels(prof)
         res = {c: ev.results(prof.name, c) for c in runs}
-        missing = [f"{c} c{lv}" for c in runs for lv in levels if lv not in res[c]]
+        missing = [f"{c} {level_name(lv)}" for c in runs for lv in levels if lv not in res[c]]
         if missing or not all(runs.values()):
             return Outcome.skip(f"A/B needs both configs measured in this session; missing: "
                                 f"{', '.join(missing) or 'servers'}")
         wrong = [f for r in runs.values() if (f := r.canary_failure("A/B"))]
         if wrong:
             return Outcome.fail("\n".join(wrong))
-        invalid = [f"{c} c{lv}" for c in res for lv, r in res[c].items() if not r.valid]
+        invalid = [f"{c} {level_name(lv)}" for c in res for lv, r in res[c].items() if not r.valid]
         if invalid:
             return Outcome.fail(f"{INVALID}: cannot judge the A/B, invalid levels: {', '.join(invalid)}")
         if any(r.ceiling is None for r in runs.values()):
@@ -84,11 +85,13 @@ def remeasure_least_precise(runs: dict, judged: dict[str, dict], wanted, tried: 
            for c, lv in wanted if (c, lv) not in tried and judged[c].get(lv) and judged[c][lv].sustained_output_tps}
     while rel:
         c, lv = max(rel, key=rel.get)
-        more = runs[c].replicate(lv, f"{why}; {c} c{lv} is its least precise level (±{rel.pop((c, lv)):.1%})")
+        more = runs[c].replicate(lv, f"{why}; {c} {level_name(lv)} is its least precise level "
+                                     f"(±{rel.pop((c, lv)):.1%})")
         if more is None:
             tried.add((c, lv))
             continue
-        shown.append(f"{runs[c].where} c{lv}: start {len(more)} read {more[-1].result.sustained_output_tps:,.1f} "
+        shown.append(f"{runs[c].where} {level_name(lv)}: start {len(more)} read "
+                     f"{more[-1].result.sustained_output_tps:,.1f} "
                      f"tok/s (re-measured after a server restart: {why[:120]})")
         return runs[c].level_failure(more[-1]) or True
     return False

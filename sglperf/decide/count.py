@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..judge.count import COUNT_WORDS
 from .outcome import Outcome
 from .settle import settle
+from ..records import level_name
 
 
 @dataclass(frozen=True)
@@ -19,9 +20,10 @@ class ServerCount:
         r = m.result
         counted_wrong = any(COUNT_WORDS in x for x in r.invalid_reasons)  # the level is invalid for this claim
         if r.incomplete or (not r.valid and not counted_wrong):
-            return Outcome.skip(f"{ev.where} c{self.level}: no valid measurement to compare (see its floor and health "
+            return Outcome.skip(f"{ev.where} {level_name(self.level)}: no valid measurement to compare (see its "
+                                f"floor and health "
                                 f"tests)")
         if r.server_output_tps is None:
             return Outcome.skip(f"{ev.where}: the server exposes no token counter (scrape source: {m.scrape_source})")
         v = ev.server_count(r)
-        return settle([v], where=f"{ev.where} c{self.level}", against="server's count").showing([v.message])
+        return settle([v], where=f"{ev.where} {level_name(self.level)}", against="server's count").showing([v.message])

@@ -14,6 +14,7 @@ from ..judge.latency import check_ceiling, over_starts, verdict_over_starts
 from ..judge.starts import another_start
 from .outcome import Outcome
 from .settle import settle, settle_over_starts
+from ..records import level_name
 
 
 def no_baseline(ev, path) -> str:
@@ -71,15 +72,15 @@ class Floor:
             return Outcome.skip(no_baseline(ev, path))
         entries = {k: e for k, e in bf.entries(ev.name, level).items() if not e.is_latency and k not in OWN_CLAIM}
         if not entries:
-            return Outcome.skip(f"{path} has no throughput entry for {ev.name} c{level}")
+            return Outcome.skip(f"{path} has no throughput entry for {ev.name} {level_name(level)}")
         outside = (ev.host_outside(bf) or other_pin(entries.values(), ev.fingerprint)
                    or other_workload(entries.values(), ev.fingerprint))
         if outside:  # measured and shown, neither passed nor failed: the baseline never measured this machine
-            return Outcome.skip(f"{ev.where} c{level}: floor not judged: {outside} ({path})")
+            return Outcome.skip(f"{ev.where} {level_name(level)}: floor not judged: {outside} ({path})")
         return self._over_starts(ev, bf, path, entries, starts)
 
     def _judge(self, ev, path, entries, results, last=False):
-        return [check_floor(results, e, where=f"{ev.where} c{self.level}", baseline_source=str(path),
+        return [check_floor(results, e, where=f"{ev.where} {level_name(self.level)}", baseline_source=str(path),
                             log_path=ev.log_path, last=last, env_diff=_env_diff(ev, e)) for e in entries.values()]
 
     def _over_starts(self, ev, bf, path, entries, starts) -> Outcome:
@@ -99,22 +100,36 @@ class Floor:
             if more is None:
                 break
             starts = more
-            shown.append(f"{ev.where} c{level}: start {len(starts)} read {starts[-1].result.sustained_output_tps:,.1f}"
+            shown.append(f"{ev.where} {level_name(level)}: start {len(starts)} read "
+                         f"{starts[-1].result.sustained_output_tps:,.1f}"
                          f" tok/s (re-measured after a server restart: {why[:200]})")
             outside = ev.host_outside(bf)
             if outside:  # the restart's probe: the host's CPU changed under the run
-                return Outcome.skip(f"{ev.where} c{level}: floor not judged after {len(starts)} starts: {outside} "
+                return Outcome.skip(f"{ev.where} {level_name(level)}: floor not judged after {len(starts)} "
+                                    f"starts: {outside} "
                                     f"({path})", shown)
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
         if any(v.outcome == "inconclusive" for v in verdicts):  # no more starts come: decided where it can be
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)], last=True)
-        verdicts = attributed(verdicts)
+        verdicts = saturated(attributed(verdicts), [x.result for x in starts])
         for x in starts[1:]:
             failure = ev.level_failure(x)
             if failure:
                 return Outcome.fail(failure, shown)
-        return settle_over_starts(verdicts, [x.result for x in starts], where=f"{ev.where} c{level}", against="floor",
+        where = f"{ev.where} {level_name(level)}"
+        return settle_over_starts(verdicts, [x.result for x in starts], where=where, against="floor",
                                   note=ev.replicate_note(level), slow_host=ev.host_slower(bf)).showing(shown)
+
+
+def saturated(verdicts: list, results: list) -> list:
+    """At an offered rate (an open loop), throughput under its floor where the server completed fewer requests than
+    were offered is the server saturating below the rate: the message says where, from the level's own counts, so
+    it is not read as the client falling behind (whose lag is measured apart)."""
+    said = next((r.saturation for r in reversed(results) if r.saturation), None)
+    if said is None:
+        return verdicts
+    return [replace(v, message=f"{v.message}; {said}") if v.metric == "sustained_output_tps" and v.outcome != "pass"
+            else v for v in verdicts]
 
 
 def attributed(verdicts: list) -> list:
@@ -145,14 +160,15 @@ class LatencyCeilings:
         bf, path = ev.baseline()
         entries = [e for e in (bf.entries(ev.name, level).values() if bf else []) if e.is_latency]
         if not entries:
-            return Outcome.skip(f"{path} holds no latency entry for {ev.name} c{level} (`sglperf baseline calibrate "
+            return Outcome.skip(f"{path} holds no latency entry for {ev.name} {level_name(level)} (`sglperf "
+                                f"baseline calibrate "
                                 f"--metric latency RUN_FILES...` adds them)")
         failure = ev.level_failure(ev.measure(level))
         if failure:
             return Outcome.fail(failure)
         outside = ev.host_outside(bf)
         if outside:
-            return Outcome.skip(f"{ev.where} c{level}: latency ceilings not judged: {outside} ({path})")
+            return Outcome.skip(f"{ev.where} {level_name(level)}: latency ceilings not judged: {outside} ({path})")
         return self._by_majority(ev, path, entries)
 
     def _by_majority(self, ev, path, entries) -> Outcome:
@@ -162,7 +178,8 @@ class LatencyCeilings:
         past = ev.ceiling is not None and level > ev.ceiling.effective
 
         def judge(x):
-            return [check_ceiling(x.records, x.result, e, where=f"{ev.where} c{level}", baseline_source=str(path),
+            return [check_ceiling(x.records, x.result, e, where=f"{ev.where} "
+                                                                f"{level_name(level)}", baseline_source=str(path),
                                   past_kv_ceiling=past, env_diff=_env_diff(ev, e)) for e in entries]
 
         starts = ev.level_starts(level)
@@ -183,6 +200,6 @@ class LatencyCeilings:
             per_start.append(judge(x))
             decided = [over_starts([s[i].outcome for s in per_start], allowed) for i in range(len(entries))]
         verdicts = [verdict_over_starts([s[i] for s in per_start], d) for i, d in enumerate(decided)]
-        return settle(verdicts, where=f"{ev.where} c{level}", against="latency ceilings",
+        return settle(verdicts, where=f"{ev.where} {level_name(level)}", against="latency ceilings",
                       disturbed=[d for x in starts[:len(per_start)] for d in x.result.disturbances],
                       log_path=ev.log_path, note=ev.replicate_note(level)).showing(v.message for v in verdicts)

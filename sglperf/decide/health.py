@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from ..categories import INFRA, INVALID, Category
 from ..judge.canary import UNDER_LOAD, check_under_load
-from ..records import LevelResult
+from ..records import LevelResult, level_name
 from .outcome import Outcome
 
 
@@ -18,7 +18,7 @@ class RequestHealth:
 
     def decide(self, ev) -> Outcome:
         m = ev.measure(self.level)
-        r, where = m.result, f"{ev.where} c{self.level}"
+        r, where = m.result, f"{ev.where} {level_name(self.level)}"
         if r.incomplete:
             return Outcome.fail(f"{INFRA}: {where}: {r.note}. Server log: {ev.log_path}")
         if r.errors:
@@ -35,12 +35,12 @@ def start_failure(where: str, r, log_path: str | None, canary: str | None) -> st
     """Why one start of a level cannot be judged by any claim: it did not finish (infrastructure), it cannot be
     trusted (invalid), or the output canary failed (`canary`: its words); None when it can be judged."""
     if r.incomplete:
-        return f"{INFRA}: {where} c{r.concurrency}: {r.note}. Server log: {log_path}"
+        return f"{INFRA}: {where} {r.name}: {r.note}. Server log: {log_path}"
     wrong = [x for x in r.invalid_reasons if x.startswith(UNDER_LOAD)]
     if wrong:  # fast but wrong, found during the level: the canary's category, not a mere invalid measurement
-        return f"{Category.DEGENERATE.prefix}: {where} c{r.concurrency}: {wrong[0]}. Server log: {log_path}"
+        return f"{Category.DEGENERATE.prefix}: {where} {r.name}: {wrong[0]}. Server log: {log_path}"
     if not r.valid:
-        return (f"{INVALID}: {where} c{r.concurrency} cannot be trusted: " + "; ".join(r.invalid_reasons)
+        return (f"{INVALID}: {where} {r.name} cannot be trusted: " + "; ".join(r.invalid_reasons)
                 + f". Server log: {log_path}")
     return canary
 
@@ -86,8 +86,8 @@ def pin_checked(run, r: LevelResult) -> LevelResult:
 
 def degenerate_levels(rec) -> list[str]:
     """The levels of a run whose outputs went degenerate under load ("config c16: degenerate under load")."""
-    return [f"{cname} c{lv}: degenerate under load" for cname, c in rec.doc.configs.items()
-            for lv, r in c.levels.items() if any(x.startswith(UNDER_LOAD) for x in r.invalid_reasons)]
+    return [f"{cname} {r.name}: degenerate under load" for cname, c in rec.doc.configs.items()
+            for r in c.levels.values() if any(x.startswith(UNDER_LOAD) for x in r.invalid_reasons)]
 
 
 def outputs_checked(run, meas, r: LevelResult) -> LevelResult:

@@ -12,6 +12,7 @@ from ..judge.plateau import check_plateau
 from ..store.recorder import PlateauDoc
 from .outcome import Outcome
 from .settle import settle
+from ..records import Rate, level_name
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Plateau:
     levels: tuple[int, ...]
 
     def decide(self, ev) -> Outcome:
+        if any(isinstance(lv, Rate) for lv in self.levels):
+            return Outcome.skip(f"{ev.where}: an open-loop ladder (offered rates) puts no number of requests past the "
+                                f"ceiling: its plateau is judged on a concurrency ladder")
         if ev.ceiling is None:
             return Outcome.skip(f"{ev.where}: the server's /server_info gives no max_total_num_tokens to predict a "
                                 f"ceiling from")
@@ -33,11 +37,11 @@ class Plateau:
         for lv in past:
             r = ev.measure(lv).result
             if r.incomplete:
-                return Outcome.fail(f"{INFRA}: {ev.where} c{lv}: {r.note}")
+                return Outcome.fail(f"{INFRA}: {ev.where} {level_name(lv)}: {r.note}")
             if ev.canary_failure("plateau"):
                 return Outcome.fail(ev.canary_failure("plateau"))
             if not r.valid:
-                return Outcome.fail(f"{INVALID}: cannot judge the plateau: c{lv} is invalid: "
+                return Outcome.fail(f"{INVALID}: cannot judge the plateau: {level_name(lv)} is invalid: "
                                     f"{'; '.join(r.invalid_reasons)}")
             results[lv] = r
         return self._over_starts(ev, past, results)
@@ -63,7 +67,7 @@ class Plateau:
                 if failure:
                     return Outcome.fail(failure, shown)
             results = {lv: m.result for lv, m in fresh.items()}
-            shown.append(f"{ev.where}: the plateau's levels c{', c'.join(map(str, compared))} measured again on "
+            shown.append(f"{ev.where}: the plateau's levels {', '.join(map(level_name, compared))} measured again on "
                          f"server start {ev.starts} (the one before: {why[:200]})")
             before, v = v, check_plateau(results, ev.ceiling, band=band)
             if confirm and v.outcome != "violated":
@@ -90,7 +94,7 @@ class Plateau:
         what = "violated" if v.problems else "undecided"
         note = (f"  {what} on one start ({'; '.join(v.problems + v.unsure + v.disturbed)[:200]}); judged over all "
                 f"starts of "
-                + ", ".join(f"c{lv} ({len(ev.level_starts(lv))})" for lv in compared)
+                + ", ".join(f"{level_name(lv)} ({len(ev.level_starts(lv))})" for lv in compared)
                 + ", with the baseline's between-start noise")
         shown.append(f"{ev.where}: the plateau{note[1:]}")
         return replace(again, lines=(*again.lines, note))

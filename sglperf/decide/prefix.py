@@ -11,6 +11,7 @@ from ..categories import PREFIX_CACHE
 from ..judge.floor import check_floor
 from .floor import no_baseline, other_workload
 from .outcome import Outcome
+from ..records import level_name
 
 # Once each group's prefix is cached, every later prompt of the group is served from cache up to the prefix: the
 # share the workload allows. Below it legitimately: each group's first prompt after a flush, and prefixes evicted
@@ -27,7 +28,7 @@ class PrefixCache:
 
     def decide(self, ev) -> Outcome:
         m = ev.measure(self.level)
-        r, where = m.result, f"{ev.where} c{self.level}"
+        r, where = m.result, f"{ev.where} {level_name(self.level)}"
         failure = ev.level_failure(m)
         if failure:
             return Outcome.fail(failure)
@@ -50,7 +51,8 @@ class PrefixCache:
         entry = bf.entries(ev.name, self.level).get("prefix_cache_share") if bf else None
         if entry is None:
             return (Outcome.skip(no_baseline(ev, path), [shown]) if bf is None else
-                    Outcome.skip(f"{path} has no prefix_cache_share entry for {ev.name} c{self.level}; {shown}",
+                    Outcome.skip(f"{path} has no prefix_cache_share entry for {ev.name} "
+                                 f"{level_name(self.level)}; {shown}",
                                  [shown]))
         outside = ev.host_outside(bf) or other_workload([entry], ev.fingerprint)
         if outside:

@@ -12,7 +12,7 @@ from ..categories import Category
 from ..judge.count import check_server_count
 from ..judge.noise import of as noise_of
 from ..judge.starts import over_starts
-from ..records import Ceiling, LevelResult
+from ..records import Ceiling, LevelResult, Rate
 from .health import canary_words, start_failure
 
 
@@ -48,7 +48,7 @@ class RecordedConfig:
         self.ceiling = Ceiling(**server.ceiling) if server is not None and server.ceiling else None
         self.starts = 1
         self.recorded: dict = {}
-        self.levels = sorted(int(lv) for lv in self.doc.levels)
+        self.levels = sorted(Rate(int(k)) if d.concurrency is None else int(k) for k, d in self.doc.levels.items())
 
     @property
     def where(self) -> str:
@@ -97,7 +97,7 @@ class RecordedConfig:
         return canary_words(self.where, what, category)
 
     def level_failure(self, m) -> str | None:
-        return start_failure(self.where, m.result, None, self.canary_failure(f"c{m.result.concurrency}"))
+        return start_failure(self.where, m.result, None, self.canary_failure(f"{m.result.name}"))
 
     def noise(self, config: str, levels) -> dict:
         out = {}

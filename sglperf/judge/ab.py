@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from scipy import stats
 from ..categories import INCONCLUSIVE, REGRESSION
-from ..records import Ceiling, LevelResult
+from ..records import Ceiling, LevelResult, level_name
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
     for lv in sorted(set(base) & set(tuned)):
         b, t = base[lv], tuned[lv]
         if not b.sustained_output_tps or not t.sustained_output_tps:
-            problems.append(f"c{lv}: missing sustained throughput")
+            problems.append(f"{level_name(lv)}: missing sustained throughput")
             continue
         gain = math.log(t.sustained_output_tps / b.sustained_output_tps)
         within, between = _ab_noise(b, t, base_noise.get(lv), tuned_noise.get(lv), base_starts.get(lv, 1),
@@ -86,21 +86,23 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
         shown = not expect_gain and not judge_below_cap
         tag = (" [tuned cap binds later: gain expected]" if expect_gain else
                " [below the base's ceiling: shown, not judged ([ab] below_cap = \"shown\")]" if shown else "")
-        lines.append(f"  c{lv}: base {b.sustained_output_tps:,.1f} tuned {t.sustained_output_tps:,.1f} "
+        lines.append(f"  {level_name(lv)}: base {b.sustained_output_tps:,.1f} tuned {t.sustained_output_tps:,.1f} "
                      f"({math.expm1(gain):+.1%}, {confidence:.0%} one-sided bounds {lo:+.1%} .. {hi:+.1%}; "
                      + (f"between starts ±{between:.1%})" if calibrated else
                         "between starts: no baseline noise for this host)") + tag)
         if shown:
             continue
         if hi < -margin:
-            problems.append(f"c{lv}: tuned is {math.expm1(gain):+.1%} vs base (at most {hi:+.1%}), worse than the "
+            problems.append(f"{level_name(lv)}: tuned is {math.expm1(gain):+.1%} vs base (at most {hi:+.1%}), "
+                            f"worse than the "
                             f"{margin:.0%} allowed")
         elif not expect_gain and lo < -margin:
-            unsure.append(f"c{lv}: tuned is {math.expm1(gain):+.1%} vs base (down to {lo:+.1%}): cannot tell "
+            unsure.append(f"{level_name(lv)}: tuned is {math.expm1(gain):+.1%} vs base (down to {lo:+.1%}): "
+                          f"cannot tell "
                           f"whether it is within the {margin:.0%} allowed")
             undecided.append(lv)
         if expect_gain and hi <= 0:
-            problems.append(f"c{lv}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "
+            problems.append(f"{level_name(lv)}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "
                             f"{tuned_ceiling.effective}) but got {math.expm1(gain):+.1%} (at most {hi:+.1%})")
         elif expect_gain:
             pooled.append((gain, within, between, lv))
@@ -108,7 +110,7 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
         k = len(pooled)
         mean = sum(g for g, _, _, _ in pooled) / k
         sd = math.hypot(math.sqrt(sum(w * w for _, w, _, _ in pooled)) / k, sum(r for _, _, r, _ in pooled) / k)
-        where = f"c{min(lv for lv in gains if lv > base_ceiling.effective)}+"
+        where = f"{level_name(min(lv for lv in gains if lv > base_ceiling.effective))}+"
         lo, hi = math.expm1(mean - z * sd), math.expm1(mean + z * sd)
         lines.append(f"  expected gain past the base's ceiling ({where}, {k} level{'s' if k > 1 else ''}): "
                      f"{math.expm1(mean):+.1%} ({lo:+.1%} .. {hi:+.1%})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from scipy import stats
-from ..records import METRICS, half_width, value_format
+from ..records import METRICS, Rate, half_width, level_name, value_format
 from .noise import MIN_TOLERANCE, Noise, host_share, moderate, prior, restart_share
 from .noise import of as noise_of
 from .starts import first_kept, kept_starts
@@ -68,11 +68,12 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
         mean, own = sum(vals) / n, math.sqrt(variances[(cname, lv)])
         tol = noise.tolerance(floor=floor)
         if max_tolerance is not None and tol > max_tolerance:
-            notes.append(f"{cname} c{lv}: left out: CV {noise.cv:.2%} over {n} runs needs a tolerance of "
+            notes.append(f"{cname} {_name(runs, lv)}: left out: CV {noise.cv:.2%} over {n} runs needs a tolerance of "
                          f"{tol:.0%}, above --max-tolerance {max_tolerance:.0%}: too noisy to judge in one run")
             continue
         if tol >= 1:  # a floor at or below zero judges nothing; its noise is known too poorly (df) or too large
-            notes.append(f"{cname} c{lv}: left out: CV {noise.cv:.2%} over {n} runs ({df:.0f} df) needs a tolerance "
+            notes.append(f"{cname} {_name(runs, lv)}: left out: CV {noise.cv:.2%} over {n} runs ({df:.0f} df) "
+                         f"needs a tolerance "
                          f"of {tol:.0%}, a floor at or below zero: calibrate over more runs")
             continue
         host = f", the host's {min(host_sd, noise.cv):.2%}" if n_hosts else ""
@@ -88,14 +89,19 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             taken_at=now_iso(),
             source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
             fingerprint=last.config_fingerprint(cname), note=note)}
-        notes.append(f"{cname} c{lv}: mean {mean:{value_format(metric)}}, {note}")
+        notes.append(f"{cname} {_name(runs, lv)}: mean {mean:{value_format(metric)}}, {note}")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
     speed = runs_host_speed(runs)
     if speed is not None:
         notes.append(host_speed_note(speed, runs[0].hardware_class))
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
                         .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
-                        configs=out, pooled=pooled, host_speed=speed), notes
+                        configs=out, pooled=pooled, host_speed=speed, open_loop=runs[0].open_loop), notes
+
+
+def _name(runs: list[RunDoc], key: str) -> str:
+    """A stored level's name (its key is the number alone): r40 where the runs measured offered rates, else c40."""
+    return level_name(Rate(int(key)) if runs and runs[0].open_loop else key)
 
 
 def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
@@ -118,7 +124,7 @@ def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
     keep = {}
     for key, vals in sorted(values.items()):
         if key in bad or len(vals) != len(runs):
-            notes.append(f"{key[0]} c{key[1]}: left out (invalid or missing in some run)")
+            notes.append(f"{key[0]} {_name(runs, key[1])}: left out (invalid or missing in some run)")
         elif len(vals) < 2:
             raise BaselineError(f"calibrate needs at least 2 runs of each level, got {len(vals)}")
         else:
@@ -274,7 +280,8 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
             more = now.runs_for(target_drop, starts, floor=floor)
             note += (f"; {target_drop:.0%} needs {more} runs" if more
                      else f"; no number of runs catches {target_drop:.0%}")
-        notes.append(f"{cname} c{lv}: mean {e.value:{value_format(metric)}} -> {mean:{value_format(metric)}}, {note}")
+        notes.append(f"{cname} {_name(runs, lv)}: mean {e.value:{value_format(metric)}} -> "
+                     f"{mean:{value_format(metric)}}, {note}")
         out.setdefault(cname, {})[lv] = {metric: e.model_copy(update=dict(
             value=round(mean, 4 if abs(mean) < 10 else 2), tolerance=round(tol, 4), noise_cv=round(cv, 5), runs=n0 + n,
             noise_df=round(df, 1), within_cv=round(within, 5), own_cv=round(math.sqrt(ss / df_own), 5),
@@ -305,7 +312,7 @@ def _grown_levels(old: BaselineFile, runs: list[RunDoc], metric: str, notes: lis
             noise = noise_of(e) if e is not None else None
             if noise is None or e.runs < 2:
                 if e is not None:
-                    notes.append(f"{cname} c{lv}: kept as it is: not calibrated (no noise to extend)")
+                    notes.append(f"{cname} {_name(runs, lv)}: kept as it is: not calibrated (no noise to extend)")
                 continue
             vals, rel_se = [], []
             for r in runs:
@@ -314,7 +321,7 @@ def _grown_levels(old: BaselineFile, runs: list[RunDoc], metric: str, notes: lis
                 v = metric_value(res, metric) if res is not None and res.valid else None
                 if v is None or v <= 0:
                     vals = []
-                    notes.append(f"{cname} c{lv}: kept as it is: invalid or missing in run {r.run_id}")
+                    notes.append(f"{cname} {_name(runs, lv)}: kept as it is: invalid or missing in run {r.run_id}")
                     break
                 vals.append(float(v))
                 half = half_width(res, metric)

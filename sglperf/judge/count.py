@@ -53,7 +53,7 @@ def check_server_count(r: LevelResult, *, where: str, tolerance: float, counts_a
     if r.server_output_tps is None or r.server_ratio is None:
         return CountVerdict("not judged", None, tolerance, f"{where}: the server exposes no token counter")
     tol, why = server_agreement(r, tolerance=tolerance, counts_at_completion=counts_at_completion, cap=cap)
-    text = (f"{where} c{r.concurrency}: client {r.sustained_output_tps:,.1f} tok/s, server {r.server_output_tps:,.1f}"
+    text = (f"{where} {r.name}: client {r.sustained_output_tps:,.1f} tok/s, server {r.server_output_tps:,.1f}"
             f" over the same window, ratio {r.server_ratio:.4f}, allowed {why}")
     if abs(r.server_ratio - 1) <= tol:
         return CountVerdict("pass", r.server_ratio, tol, text)

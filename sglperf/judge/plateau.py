@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from scipy import stats
 from ..categories import INCONCLUSIVE, PLATEAU
-from ..records import Ceiling, LevelResult
+from ..records import Ceiling, LevelResult, level_name
 from .floor import floor_outcome
 
 
@@ -173,7 +173,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     ref = min(calm, key=lambda lv: _rel_ci(results[lv])) if judged is beyond else past[0]
     if judged is beyond and past[0] not in beyond:
         at = results[past[0]].sustained_output_tps
-        lines.append(f"  c{past[0]}: sustained {_f(at, ',.1f')} tok/s, exactly at the ceiling: not judged (a closed "
+        lines.append(f"  {level_name(past[0])}: sustained {_f(at, ',.1f')} tok/s, exactly at the ceiling: not "
+                     f"judged (a closed "
                      f"loop with no queue leaves each slot idle for a client's round trip; the plateau starts where "
                      f"requests wait)")
     ref_v = results[ref].sustained_output_tps
@@ -183,13 +184,13 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         r = results[lv]
         v = r.sustained_output_tps
         ratio = (v / ref_v) if v and ref_v else None
-        lines.append(f"  c{lv}: sustained {v if v is None else format(v, ',.1f')} tok/s"
-                     f"{'' if ratio is None else f' ({ratio:.3f} x c{ref})'}, server running "
+        lines.append(f"  {level_name(lv)}: sustained {v if v is None else format(v, ',.1f')} tok/s"
+                     f"{'' if ratio is None else f' ({ratio:.3f} x {level_name(ref)})'}, server running "
                      f"mean {_f(r.server_mean_running)} max {_f(r.server_max_running)}{_per_step(r)}, "
                      f"queued {_f(r.server_mean_queued)},"
                      f" token usage {_f(r.server_mean_token_usage, '.2f')}")
         if ratio is None:
-            problems.append(f"c{lv}: no sustained throughput")
+            problems.append(f"{level_name(lv)}: no sustained throughput")
         elif lv != ref:
             _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_aside, disturbed)
         if lv > ceiling.effective:
@@ -202,10 +203,10 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     if all(results[lv].server_max_running is None for lv in past):
         lines.append("  (the server exposes no running-request count: attribution needs /metrics or /v1/loads)")
     if set_aside and _rel_ci(results[ref]) > band:  # nothing precise to set them against
-        unsure += [a.replace("set aside", f"but so is the reference c{ref}'s") for a in set_aside]
+        unsure += [a.replace("set aside", f"but so is the reference {level_name(ref)}'s") for a in set_aside]
     else:
         lines += [f"  {a}" for a in set_aside]
-    named = tuple(f"c{lv}: {d}" for lv, ds in sorted(disturbed.items()) for d in ds)
+    named = tuple(f"{level_name(lv)}: {d}" for lv, ds in sorted(disturbed.items()) for d in ds)
     return PlateauVerdict(not problems and not unsure and not named, ceiling, attributed, ref, tuple(past),
                           tuple(lines), tuple(problems), tuple(unsure), named)
 
@@ -219,16 +220,20 @@ def _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_asi
     hit = {x: results[x].disturbances for x in (ref, lv) if results[x].disturbances}
     wide = outcome == "unsure" and _rel_ci(r) > band and abs(ratio - 1) <= band / 2
     if outcome != "pass" and hit and not wide:
-        lines.append(f"  c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: not judged, the host disturbed "
-                     f"c{', c'.join(map(str, sorted(hit)))}")
+        lines.append(f"  {level_name(lv)}: {ratio - 1:+.1%} ± {noise:.1%} vs {level_name(ref)}: not judged, the "
+                     f"host disturbed "
+                     f"{', '.join(map(level_name, sorted(hit)))}")
         disturbed.update(hit)
     elif outcome == "violated":
-        problems.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}, outside the plateau band ±{band:.0%}")
+        problems.append(f"{level_name(lv)}: {ratio - 1:+.1%} ± {noise:.1%} vs {level_name(ref)}, outside the "
+                        f"plateau band ±{band:.0%}")
     elif wide:
-        set_aside.append(f"c{lv}: {ratio - 1:+.1%} ± {noise:.1%} vs c{ref}: its own interval (±{_rel_ci(r):.1%}) is "
+        set_aside.append(f"{level_name(lv)}: {ratio - 1:+.1%} ± {noise:.1%} vs {level_name(ref)}: its own "
+                         f"interval (±{_rel_ci(r):.1%}) is "
                          f"wider than the band, so it cannot test it; consistent with the plateau, set aside")
     elif outcome == "unsure":
-        unsure.append(f"c{lv}: {ratio - 1:+.1%} ± {inside:.1%} (90%) vs c{ref} straddles the plateau band's edge "
+        unsure.append(f"{level_name(lv)}: {ratio - 1:+.1%} ± {inside:.1%} (90%) vs {level_name(ref)} straddles "
+                      f"the plateau band's edge "
                       f"±{band:.0%}: re-run, or give the levels more time")
 
 
@@ -247,7 +252,7 @@ def _saturation(lv, r: LevelResult, ceiling: Ceiling, near: float, problems: lis
             and r.server_mean_running >= (1 - near) * ceiling.effective - 1)  # busy at the ceiling throughout
     if (r.server_mean_queued is not None and r.server_mean_queued <= 0
             and (r.server_mean_token_usage or 0) < 0.9 and not full):
-        problems.append(f"c{lv}: past the ceiling but the server shows no saturation (nothing queued)")
+        problems.append(f"{level_name(lv)}: past the ceiling but the server shows no saturation (nothing queued)")
     run, mean = r.server_max_running, r.server_mean_running
     if run is None:
         return None
@@ -255,10 +260,11 @@ def _saturation(lv, r: LevelResult, ceiling: Ceiling, near: float, problems: lis
     at_kv = (run >= (1 - near) * ceiling.kv - 1
              and abs((run if mean is None else mean) - ceiling.kv) <= KV_SWING * ceiling.kv + 1)
     if ceiling.binding == "cap" and not at_cap:
-        problems.append(f"c{lv}: server ran up to {run:.0f} requests, not near the predicted ceiling "
+        problems.append(f"{level_name(lv)}: server ran up to {run:.0f} requests, not near the predicted ceiling "
                         f"{ceiling.effective} (the admission cap)" + _seen_from(r))
     elif ceiling.binding == "kv" and not at_kv:
-        problems.append(f"c{lv}: server ran up to {run:.0f} requests (mean {_f(mean)}), not near the predicted "
+        problems.append(f"{level_name(lv)}: server ran up to {run:.0f} requests (mean {_f(mean)}), not near the "
+                        f"predicted "
                         f"ceiling {ceiling.effective} (the KV pool: a mean within ±{KV_SWING:.0%} of it, the maximum "
                         f"reaching it)" + _seen_from(r))
     return "cap" if at_cap and not at_kv else "kv" if at_kv and not at_cap else None

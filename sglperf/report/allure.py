@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..categories import Category
 from ..fileio import jsonl
-from ..records import METRICS, LevelResult
+from ..records import METRICS, LevelResult, level_name
 from ..redact import redact
 
 # Failure categories: the suite's failure messages start with these words (categories.py).
@@ -33,7 +33,7 @@ def results_dir(config) -> Path | None:
 
 def metric_key(kind: str, profile: str, config: str, level: int) -> str:
     clean = re.compile(r"[^A-Za-z0-9_-]+")
-    return f"{kind}.{clean.sub('_', profile)}.{clean.sub('_', config)}.c{level}"
+    return f"{kind}.{clean.sub('_', profile)}.{clean.sub('_', config)}.{level_name(level)}"
 
 
 def label_level(profile: str, config: str, level: int, title: str) -> None:
@@ -41,7 +41,7 @@ def label_level(profile: str, config: str, level: int, title: str) -> None:
 
     allure.dynamic.epic(profile)
     allure.dynamic.feature(config)
-    allure.dynamic.story(f"c{level}")
+    allure.dynamic.story(f"{level_name(level)}")
     allure.dynamic.title(title)
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from ..environment import fingerprint as fp_mod
 from ..store import fleet, history
-from ..records import METRICS
+from ..records import METRICS, level_name
 
 DEFAULTS = dict(max_pvalue=0.001, min_magnitude=0.02, window_len=60)
 
@@ -53,7 +53,7 @@ class ChangePoint:
             env += f" (at run {self.environment_changed_at})"
         if self.gpu_changes:
             env += "; GPU telemetry: " + ", ".join(self.gpu_changes)
-        return (f"{self.profile}/{self.config} c{self.level} {self.metric}: {self.change:+.1%} "
+        return (f"{self.profile}/{self.config} {level_name(self.level)} {self.metric}: {self.change:+.1%} "
                 f"({self.mean_before:,.1f} → {self.mean_after:,.1f}, p={self.pvalue:.2g}) between run "
                 f"{self.run_before} ({self.time_before}) and {self.run_after} ({self.time_after}); "
                 f"{self.runs_before} runs before, {self.runs_after} after; environment: {env}")
@@ -69,7 +69,8 @@ def short_series(records: list[dict], metric: str, config: str | None, level: in
                                                key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2], kv[0][3])):
         if (config and cname != config) or (level and lv != level) or len(pts) >= MIN_RUNS:
             continue
-        out.append(f"{profile}/{cname} c{lv} ({hw}): {len(pts)} valid run(s), too short to judge (a change point "
+        out.append(f"{profile}/{cname} {level_name(lv)} ({hw}): {len(pts)} valid run(s), too short to judge (a "
+                   f"change point "
                    f"needs at least {MIN_RUNS})")
     return out
 
@@ -201,7 +202,7 @@ def otava_test(conn, profile: str, hw: str | None, config: str, level: int, metr
     # Otava fills {run_id} and {metric} with str.format: braces of our own literal are doubled for it
     update = UPDATE.replace("{config}", _literal(conn, config).replace("{", "{{").replace("}", "}}")) \
         .replace("{level}", str(int(level)))
-    return PostgresTestConfig(f"{profile}/{hw}/{config}/c{level}/{metric}", query, update, "time",
+    return PostgresTestConfig(f"{profile}/{hw}/{config}/{level_name(level)}/{metric}", query, update, "time",
                               [PostgresMetric(metric, direction, 1.0, "value")], ["run_id"])
 
 

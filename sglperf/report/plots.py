@@ -63,7 +63,7 @@ def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r:
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower center", fontsize=8)
-    ax.set_title(f"c{r.concurrency}: throughput over time")
+    ax.set_title(f"{r.name}: throughput over time")
     return _png(fig)
 
 

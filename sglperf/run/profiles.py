@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import engines
 from ..categories import UsageError
+from ..records import Rate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -330,7 +331,9 @@ class Profile(Strict):
     measurement: MeasurementSection = MeasurementSection()
     slo: SloSection | None = None
     canary: CanarySection = CanarySection()
-    levels: list[int]
+    levels: list[int] = Field([], description="the ladder's concurrencies (a closed loop)")
+    rates: list[int] = Field([], description="the ladder's offered request rates, req/s with Poisson arrivals (an "
+                                             "open loop), instead of levels")
     configs: list[ConfigSection]
     ab: ABSection | None = None
     notes: list[str] = []
@@ -342,12 +345,27 @@ class Profile(Strict):
             raise ValueError(f"unknown engine {v!r} (known: {', '.join(engines.NAMES)})")
         return v
 
-    @field_validator("levels")
+    @field_validator("levels", "rates")
     @classmethod
     def _levels(cls, v: list[int]) -> list[int]:
-        if not v or any(x < 1 for x in v):
-            raise ValueError("must be a non-empty list of positive concurrencies")
+        if any(x < 1 for x in v):
+            raise ValueError("must be positive: concurrencies (levels) or requests per second (rates)")
         return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _ladder(self):
+        """One ladder of one kind: `levels` (concurrencies) or `rates` (offered req/s). A rate profile's levels are
+        its rates as records.Rate, so every level-keyed record and message works for both and names each right."""
+        if bool(self.levels) == bool(self.rates):
+            raise ValueError("give the ladder as either levels (concurrencies) or rates (requests per second), "
+                             "exactly one of them, non-empty")
+        if self.rates:
+            self.__dict__["levels"] = [Rate(x) for x in self.rates]
+        return self
+
+    def ladder(self, override=()) -> list[int]:
+        """The levels a run measures: `override` (--levels) read as this profile's kind of level, else its own."""
+        return [Rate(x) if self.rates else int(x) for x in override] if override else list(self.levels)
 
     @model_validator(mode="after")
     def _configs(self):

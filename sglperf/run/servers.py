@@ -147,7 +147,7 @@ class ConfigRun:
 
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
-        return start_failure(self.where, m.result, self.log_path, self.canary_failure(f"c{m.result.concurrency}"))
+        return start_failure(self.where, m.result, self.log_path, self.canary_failure(f"{m.result.name}"))
 
     def canary_failure(self, what: str) -> str | None:
         v = self.canary_verdict

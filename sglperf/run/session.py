@@ -28,7 +28,7 @@ from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
 from ..redact import argv_secrets, env_secrets, redact, register
 from ..store.recorder import RunRecorder, mark_abandoned
-from ..records import LevelResult
+from ..records import LevelResult, Rate, level_name
 from ..judge import plateau
 from ..judge.floor import decides_floor
 
@@ -81,7 +81,7 @@ class Suite(Servers):
         return self._profiles[name]
 
     def levels(self, profile: profiles.Profile) -> list[int]:
-        return list(self.opts.levels) or profile.levels
+        return profile.ladder(self.opts.levels)
 
     def configs(self, profile: profiles.Profile) -> list[str]:
         names = [c.name for c in profile.configs]
@@ -193,7 +193,7 @@ class Suite(Servers):
         if spent + cost > m.start_budget_s:
             left = m.start_budget_s - spent
             for k in keys:
-                self.replicate_refused[k] = (f"a replicate of c{', c'.join(map(str, levels))} would take "
+                self.replicate_refused[k] = (f"a replicate of {', '.join(map(level_name, levels))} would take "
                                              f"~{cost:.0f} s and the run has {left:.0f} s of its replicate budget "
                                              f"({m.start_budget_s:g} s) left")
             return None
@@ -209,7 +209,8 @@ class Suite(Servers):
             if meas.stop_reason == "interrupted":  # saved; no further level of this replicate is measured
                 self.interrupted = True
                 resume()
-                raise KeyboardInterrupt(f"interrupted during {run.where} c{lv} (server start {run.starts}); its "
+                raise KeyboardInterrupt(f"interrupted during {run.where} {level_name(lv)} (server start "
+                                        f"{run.starts}); its "
                                         f"partial result is saved, marked incomplete")
             out[lv] = meas
         self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
@@ -227,7 +228,7 @@ class Suite(Servers):
         if meas.stop_reason == "interrupted":
             self.interrupted = True
             resume()
-            raise KeyboardInterrupt(f"interrupted during {run.where} c{level}; its partial result is saved, "
+            raise KeyboardInterrupt(f"interrupted during {run.where} {level_name(level)}; its partial result is saved, "
                                     f"marked incomplete")
         return meas
 
@@ -237,7 +238,8 @@ class Suite(Servers):
         if dead:
             raise InfraError(dead)
         m = run.profile.measurement
-        spec = LevelSpec(concurrency=level, max_seconds=self.opts.level_max_seconds or m.level_max_seconds,
+        load = dict(rate=float(level)) if isinstance(level, Rate) else dict(concurrency=level)
+        spec = LevelSpec(**load, max_seconds=self.opts.level_max_seconds or m.level_max_seconds,
                          min_seconds=m.level_min_seconds, stall_timeout_s=m.stall_timeout_s,
                          request_timeout_s=m.request_timeout_s)
         bf, _ = self.baseline(run)
@@ -383,14 +385,15 @@ class Suite(Servers):
 
     def summary_lines(self) -> list[str]:
         lines = [f"OUTPUT CANARY FAILED: {w}" for w in self.withheld]
-        lines += [f"GPU FAULT: {rec.doc.profile}/{cname} c{lv}: {f} (the level is INVALID)"
+        lines += [f"GPU FAULT: {rec.doc.profile}/{cname} {r.name}: {f} (the level is INVALID)"
                   for rec in self.recorders.values() for cname, c in rec.doc.configs.items()
                   for lv, r in sorted(c.levels.items(), key=lambda kv: int(kv[0])) for f in r.gpu_faults]
         for rec in self.recorders.values():
             lines.append(f"run file: {rec.path}" + ("" if rec.doc.complete else "  (INCOMPLETE)"))
             for cname, c in rec.doc.configs.items():
                 for lv, r in sorted(c.levels.items(), key=lambda kv: int(kv[0])):
-                    lines.append(f"  {rec.doc.profile}/{cname} c{lv}: sustained {_fmt(r.sustained_output_tps)} ± "
+                    lines.append(f"  {rec.doc.profile}/{cname} {r.name}: sustained "
+                                 f"{_fmt(r.sustained_output_tps)} ± "
                                  f"{_fmt(r.sustained_output_tps_ci95)} tok/s, whole-run "
                                  f"{_fmt(r.whole_run_output_tps)}"
                                  + (f", host CPU probe {r.host_cpu_speed:.3g}" if r.host_cpu_speed else "")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..categories import UsageError
 from ..environment import fingerprint, host_speed
 from ..fileio import atomic_write_json, lock_for, read_json
-from ..records import GATED, METRICS, value_format
+from ..records import GATED, METRICS, Rate, level_name, value_format
 from .rundoc import RunDoc
 
 BASELINE_DIR = Path(__file__).resolve().parents[2] / "baselines"
@@ -108,6 +108,11 @@ class BaselineFile(BaseModel):
     canary: dict[str, list[list[int | str]]] = {}
     canary_fingerprint: dict[str, dict] = {}  # config -> the fingerprint the canary outputs were taken with
     host_speed: HostSpeed | None = None  # the CPU the runs measured (probed before each server start)
+    open_loop: bool = False  # its levels are offered rates (r40), not concurrencies (c40)
+
+    def level_name(self, level) -> str:
+        """How messages name one of its levels (a key is the number alone)."""
+        return level_name(Rate(int(level)) if self.open_loop else level)
 
     def entries(self, config: str, level: int) -> dict[str, Entry]:
         return dict(self.configs.get(config, {}).get(str(level), {}))
@@ -199,7 +204,7 @@ def from_run(run: RunDoc, *, tolerance: float, metric: str = "sustained_output_t
     return BaselineFile(schema_version=SCHEMA_VERSION, profile=run.profile, hardware_class=run.hardware_class,
                         isl=isl, osl=osl, description=f"from run {run.run_id}", configs=out, canary=canary,
                         canary_fingerprint={c: run.config_fingerprint(c) for c in canary},
-                        host_speed=runs_host_speed([run]))
+                        host_speed=runs_host_speed([run]), open_loop=run.open_loop)
 
 
 def runs_host_speed(runs: list[RunDoc]) -> HostSpeed | None:
@@ -270,12 +275,13 @@ def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = Fa
         cname, lv, m = key
         before, e = old_entries.get(key), new_entries.get(key)
         if e is None:
-            lines.append(f"- {cname} c{lv} {m}: {before.value:{value_format(m)}} REMOVED (the new file has no entry "
-                         f"for it)")
+            lines.append(f"- {cname} {new.level_name(lv)} {m}: {before.value:{value_format(m)}} REMOVED (the new "
+                         f"file has no entry for it)")
         elif before is None:
-            lines.append(f"+ {cname} c{lv} {m}: {e.value:{value_format(m)}} (tolerance {e.tolerance:.1%})")
+            lines.append(f"+ {cname} {new.level_name(lv)} {m}: {e.value:{value_format(m)}} "
+                         f"(tolerance {e.tolerance:.1%})")
         elif before.value != e.value or before.tolerance != e.tolerance:
-            lines.append(f"~ {cname} c{lv} {m}: {before.value:,.1f} → {e.value:,.1f} "
+            lines.append(f"~ {cname} {new.level_name(lv)} {m}: {before.value:,.1f} → {e.value:,.1f} "
                          f"({e.value / before.value - 1:+.1%}), tolerance {before.tolerance:.1%} → "
                          f"{e.tolerance:.1%}")
         else:
@@ -299,5 +305,6 @@ def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
     pooled = [p for p in old.pooled if p.metric not in {q.metric for q in new.pooled}] + list(new.pooled)
     return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION,
                                   "host_speed": new.host_speed or old.host_speed,
+                                  "open_loop": new.open_loop or old.open_loop,
                                   "canary": {**old.canary, **new.canary},
                                   "canary_fingerprint": {**old.canary_fingerprint, **new.canary_fingerprint}})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..fileio import atomic_write_json, write_jsonl
-from ..records import LevelResult
+from ..records import LevelResult, level_name
 from ..redact import redact
 from .rundoc import ABDoc, CanaryDoc, ConfigDoc, LevelDoc, PlateauDoc, RunDoc, ServerDoc, load_run
 
@@ -86,7 +86,7 @@ class RunRecorder:
 
     def add_level(self, config: str, level: int | str, result: LevelResult, records, server_samples,
                   stop_reason: str, scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> None:
-        files = self._raw(f"{config}-c{level}", records, server_samples)
+        files = self._raw(f"{config}-{level_name(level)}", records, server_samples)
         self.config(config).levels[str(level)] = LevelDoc(
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files)
         self.flush()
@@ -96,7 +96,7 @@ class RunRecorder:
         """The level measured again after a server restart: kept beside its first start, with the reason."""
         c = self.config(config)
         n = len(c.replicates.get(str(level), [])) + 2
-        files = self._raw(f"{config}-c{level}-start{n}", records, server_samples)
+        files = self._raw(f"{config}-{level_name(level)}-start{n}", records, server_samples)
         c.replicates.setdefault(str(level), []).append(LevelDoc(
             **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files))
         c.replicate_reasons[str(level)] = redact(why)

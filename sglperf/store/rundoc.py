@@ -46,6 +46,11 @@ class _Level(Strict):
     MOST. A run file with NaN, Infinity, a negative rate or 1e308 tok/s is refused naming the field, never
     averaged into a baseline."""
 
+    @property
+    def name(self) -> str:
+        """c32 for a closed-loop level, r40 for an open-loop one (records.level_name)."""
+        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+
     @model_validator(mode="after")
     def _plausible(self):
         for name, value in self:
@@ -162,6 +167,11 @@ class RunDoc(Strict):
         """'config: outcome' for each config whose canary was judged and failed (fast but wrong: never data)."""
         return [f"{name}: {c.canary.outcome}" for name, c in self.configs.items()
                 if c.canary is not None and c.canary.outcome not in (None, "pass")]
+
+    @property
+    def open_loop(self) -> bool:
+        """Its levels are offered rates (an open loop), not concurrencies."""
+        return any(lv.concurrency is None for c in self.configs.values() for lv in c.levels.values())
 
     def config_fingerprint(self, name: str) -> dict[str, Any]:
         """What a baseline entry of this config keeps: the config's own fingerprint. Files written before configs had
