@@ -65,7 +65,8 @@ def sglperf_run(url: str, c: int, seconds: float, tmp: Path, loop: str) -> tuple
     records = tmp / f"records-{seconds:g}-{loop}.jsonl"
     cpu, wall, _ = timed(["env", f"SGLPERF_EVENT_LOOP={loop}", sys.executable, "-m", "sglperf.cli", "bench", "--url",
                           url, "--engine", "sim", "--levels", str(c), "--isl", str(ISL), "--osl", str(OSL),
-                          "--ci-target", "0", "--max-seconds", str(seconds), "--no-flush", "--records", str(records)])
+                          "--min-seconds", str(seconds), "--max-seconds", str(seconds), "--no-flush", "--records",
+                          str(records)])
     tokens = sum(sum(json.loads(line)["chunk_tokens"]) for line in records.read_text().splitlines() if line)
     return cpu, tokens, wall
 
