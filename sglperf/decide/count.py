@@ -21,8 +21,7 @@ class ServerCount:
         counted_wrong = any(COUNT_WORDS in x for x in r.invalid_reasons)  # the level is invalid for this claim
         if r.incomplete or (not r.valid and not counted_wrong):
             return Outcome.skip(f"{ev.where} {level_name(self.level)}: no valid measurement to compare (see its "
-                                f"floor and health "
-                                f"tests)")
+                                f"floor and health tests)")
         if r.server_output_tps is None:
             return Outcome.skip(f"{ev.where}: the server exposes no token counter (scrape source: {m.scrape_source})")
         v = ev.server_count(r)

@@ -106,8 +106,7 @@ class Floor:
             outside = ev.host_outside(bf)
             if outside:  # the restart's probe: the host's CPU changed under the run
                 return Outcome.skip(f"{ev.where} {level_name(level)}: floor not judged after {len(starts)} "
-                                    f"starts: {outside} "
-                                    f"({path})", shown)
+                                    f"starts: {outside} ({path})", shown)
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)])
         if any(v.outcome == "inconclusive" for v in verdicts):  # no more starts come: decided where it can be
             verdicts = self._judge(ev, path, entries, [x.result for x in _clean(starts)], last=True)
@@ -161,8 +160,7 @@ class LatencyCeilings:
         entries = [e for e in (bf.entries(ev.name, level).values() if bf else []) if e.is_latency]
         if not entries:
             return Outcome.skip(f"{path} holds no latency entry for {ev.name} {level_name(level)} (`sglperf "
-                                f"baseline calibrate "
-                                f"--metric latency RUN_FILES...` adds them)")
+                                f"baseline calibrate --metric latency RUN_FILES...` adds them)")
         failure = ev.level_failure(ev.measure(level))
         if failure:
             return Outcome.fail(failure)

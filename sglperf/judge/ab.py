@@ -94,12 +94,10 @@ def check_ab(base: dict[int, LevelResult], tuned: dict[int, LevelResult], base_c
             continue
         if hi < -margin:
             problems.append(f"{level_name(lv)}: tuned is {math.expm1(gain):+.1%} vs base (at most {hi:+.1%}), "
-                            f"worse than the "
-                            f"{margin:.0%} allowed")
+                            f"worse than the {margin:.0%} allowed")
         elif not expect_gain and lo < -margin:
             unsure.append(f"{level_name(lv)}: tuned is {math.expm1(gain):+.1%} vs base (down to {lo:+.1%}): "
-                          f"cannot tell "
-                          f"whether it is within the {margin:.0%} allowed")
+                          f"cannot tell whether it is within the {margin:.0%} allowed")
             undecided.append(lv)
         if expect_gain and hi <= 0:
             problems.append(f"{level_name(lv)}: expected a gain (base plateaus at {base_ceiling.effective}, tuned at "

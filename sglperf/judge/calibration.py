@@ -73,8 +73,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             continue
         if tol >= 1:  # a floor at or below zero judges nothing; its noise is known too poorly (df) or too large
             notes.append(f"{cname} {_name(runs, lv)}: left out: CV {noise.cv:.2%} over {n} runs ({df:.0f} df) "
-                         f"needs a tolerance "
-                         f"of {tol:.0%}, a floor at or below zero: calibrate over more runs")
+                         f"needs a tolerance of {tol:.0%}, a floor at or below zero: calibrate over more runs")
             continue
         host = f", the host's {min(host_sd, noise.cv):.2%}" if n_hosts else ""
         note = (f"CV {noise.cv:.2%} ({df:.0f} df; own {own:.2%}, between starts {noise.between:.2%}{host}, within a "

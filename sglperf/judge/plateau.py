@@ -187,8 +187,7 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         lines.append(f"  {level_name(lv)}: sustained {v if v is None else format(v, ',.1f')} tok/s"
                      f"{'' if ratio is None else f' ({ratio:.3f} x {level_name(ref)})'}, server running "
                      f"mean {_f(r.server_mean_running)} max {_f(r.server_max_running)}{_per_step(r)}, "
-                     f"queued {_f(r.server_mean_queued)},"
-                     f" token usage {_f(r.server_mean_token_usage, '.2f')}")
+                     f"queued {_f(r.server_mean_queued)}, token usage {_f(r.server_mean_token_usage, '.2f')}")
         if ratio is None:
             problems.append(f"{level_name(lv)}: no sustained throughput")
         elif lv != ref:
@@ -221,8 +220,7 @@ def _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_asi
     wide = outcome == "unsure" and _rel_ci(r) > band and abs(ratio - 1) <= band / 2
     if outcome != "pass" and hit and not wide:
         lines.append(f"  {level_name(lv)}: {ratio - 1:+.1%} ± {noise:.1%} vs {level_name(ref)}: not judged, the "
-                     f"host disturbed "
-                     f"{', '.join(map(level_name, sorted(hit)))}")
+                     f"host disturbed {', '.join(map(level_name, sorted(hit)))}")
         disturbed.update(hit)
     elif outcome == "violated":
         problems.append(f"{level_name(lv)}: {ratio - 1:+.1%} ± {noise:.1%} vs {level_name(ref)}, outside the "
@@ -233,8 +231,7 @@ def _judge_ratio(lv, ref, ratio, results, band, lines, problems, unsure, set_asi
                          f"wider than the band, so it cannot test it; consistent with the plateau, set aside")
     elif outcome == "unsure":
         unsure.append(f"{level_name(lv)}: {ratio - 1:+.1%} ± {inside:.1%} (90%) vs {level_name(ref)} straddles "
-                      f"the plateau band's edge "
-                      f"±{band:.0%}: re-run, or give the levels more time")
+                      f"the plateau band's edge ±{band:.0%}: re-run, or give the levels more time")
 
 
 # SGLang admits requests against an estimate of the tokens its running ones will still need, and retracts some when

@@ -70,8 +70,7 @@ def short_series(records: list[dict], metric: str, config: str | None, level: in
         if (config and cname != config) or (level and lv != level) or len(pts) >= MIN_RUNS:
             continue
         out.append(f"{profile}/{cname} {level_name(lv)} ({hw}): {len(pts)} valid run(s), too short to judge (a "
-                   f"change point "
-                   f"needs at least {MIN_RUNS})")
+                   f"change point needs at least {MIN_RUNS})")
     return out
 
 

@@ -210,8 +210,7 @@ class Suite(Servers):
                 self.interrupted = True
                 resume()
                 raise KeyboardInterrupt(f"interrupted during {run.where} {level_name(lv)} (server start "
-                                        f"{run.starts}); its "
-                                        f"partial result is saved, marked incomplete")
+                                        f"{run.starts}); its partial result is saved, marked incomplete")
             out[lv] = meas
         self.replicate_spent[run.profile.name] = spent + time.monotonic() - t0
         return out
