@@ -213,8 +213,8 @@ def test_an_interrupted_run_tears_down_and_saves_partial_results_marked_incomple
         proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    if repeat > 1:
-        assert "saving the partial level first" in out, out[-3000:]
+    # Ctrl-C pressed again: noted ("saving the partial level first") where it lands while the level is saved; where
+    # the save was done within 20 ms it lands after, and the partial level must be kept either way (asserted below)
     doc = json.loads(next(runs.glob("*.json")).read_text())
     assert doc["status"] == "interrupted" and doc["complete"] is False
     c8 = doc["configs"]["rr24-cds4"]["levels"]["8"]
