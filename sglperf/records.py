@@ -22,6 +22,11 @@ def level_name(level) -> str:
     return f"r{int(level)}" if isinstance(level, Rate) else f"c{level}"
 
 
+def load_name(concurrency: int | None, rate: float | None) -> str:
+    """A measured level's name from its load: c32 (closed loop), r2.5 (open loop, bench's rates may be fractions)."""
+    return f"c{concurrency}" if concurrency is not None else f"r{rate:g}"
+
+
 # Error kinds a request can end with. Anything here is an error, never a success.
 ERROR_KINDS = (
     "http_status",  # non-200 answer
@@ -279,8 +284,8 @@ class LevelResult:
 
     @property
     def name(self) -> str:
-        """c32 for a closed-loop level, r40 for an open-loop one (level_name)."""
-        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+        """c32 for a closed-loop level, r40 for an open-loop one."""
+        return load_name(self.concurrency, self.rate)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

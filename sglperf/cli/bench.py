@@ -157,7 +157,7 @@ def table(results: list[LevelResult]) -> str:
             f"{' req/s done/offered' if rates else ''}  valid")
     rows = [head, "-" * len(head)]
     for r in results:
-        lvl = f"c{r.concurrency}" if r.concurrency is not None else f"r{r.rate:g}"
+        lvl = r.name
         sus = f"{fmt(r.sustained_output_tps)} ± {fmt(r.sustained_output_tps_ci95, ',.1f')}"
         ttft = f"{fmt(r.ttft_ms.median)}/{fmt(r.ttft_ms.p99)}"
         e2e = fmt(r.e2e_ms.median / 1e3 if r.e2e_ms.median else None, ".2f")

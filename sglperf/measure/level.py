@@ -18,7 +18,8 @@ from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, leve
 from ..environment.gpu import GpuMonitor
 from ..environment.gpu_faults import FaultWatch
 from ..environment.host import HostMonitor
-from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample
+from ..records import (ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample,
+                       load_name)
 from .scrape import Scraper
 from .shards import ShardedLoad
 
@@ -69,7 +70,7 @@ class LevelSpec:
 
     @property
     def label(self) -> str:
-        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+        return load_name(self.concurrency, self.rate)
 
 
 @dataclass

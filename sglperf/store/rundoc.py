@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..categories import UsageError
 from ..fileio import read_json
-from ..records import METRICS, SCHEMA_VERSION, LevelResult
+from ..records import METRICS, SCHEMA_VERSION, LevelResult, load_name
 
 
 class RunFileError(UsageError):
@@ -48,8 +48,8 @@ class _Level(Strict):
 
     @property
     def name(self) -> str:
-        """c32 for a closed-loop level, r40 for an open-loop one (records.level_name)."""
-        return f"c{self.concurrency}" if self.concurrency is not None else f"r{self.rate:g}"
+        """c32 for a closed-loop level, r40 for an open-loop one."""
+        return load_name(self.concurrency, self.rate)
 
     @model_validator(mode="after")
     def _plausible(self):
