@@ -70,3 +70,22 @@ def test_invalid_levels_do_not_enter_the_series():
     recs = records([2000] * 10, [{}] * 10)
     recs[3]["levels"][0].update(valid=False, sustained_output_tps=None)
     assert len(history.series(recs)[("glm5-nvfp4-tp8", "8 x B", "rr2048-cds8", 2048)]) == 9
+
+
+def test_an_open_loop_series_is_named_by_its_offered_rate_from_the_history_line(tmp_path):
+    """A history line keeps its ladder's kind: drift names a rate level r40, never c40 (an open-loop run's levels are
+    offered req/s, and the history's level is a bare number)."""
+    recs = records(step_series(3, 0.10), [{"driver": "575.51"}] * 30 + [{"driver": "580.65"}] * 30)
+    for r in recs:
+        r.update(profile="sim-rate", open_loop=True)
+        r["levels"][0].update(config="rr24-cds4", level=40)
+    path = tmp_path / "history.jsonl"
+    for r in recs:
+        history.append(path, HistoryRecord.model_validate(r))
+    (cp,) = drift.detect(history.read(path))
+    assert "sim-rate/rr24-cds4 r40 sustained_output_tps" in cp.describe() and cp.level == 40
+    short = drift.short_series(history.read(path)[:3], "sustained_output_tps", None, None)
+    assert short and short[0].startswith("sim-rate/rr24-cds4 r40 ")
+    closed = records([2000.0] * 3, [{}] * 3)
+    assert drift.short_series(closed, "sustained_output_tps", None, None)[0].startswith("glm5-nvfp4-tp8/rr2048-cds8 "
+                                                                                          "c2048 ")

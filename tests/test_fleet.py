@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglperf.store import fleet, history
-from sglperf.store.rundoc import load_run
+from sglperf.store.rundoc import HistoryRecord, load_run
 from sglperf.records import METRICS
 
 from .conftest import user_env
@@ -136,6 +136,27 @@ def test_a_database_stopped_during_the_run_costs_no_data_and_push_makes_it_whole
     finally:
         own.stop()
         shutil.rmtree(own.data.parent, ignore_errors=True)
+
+
+def test_drift_in_the_database_names_an_open_loop_series_by_its_offered_rate(db):
+    """Otava's series in the database keep the ladder's kind from the runs' history lines: r20, not c20."""
+    conn = fleet.connect(db)
+    try:
+        for i, v in enumerate([900.0, 902.0, 899.0, 901.0, 700.0, 701.0, 699.0]):
+            rec = {"schema_version": 1, "run_id": f"rate{i}", "time": f"2026-01-01T00:00:{i:02d}+00:00",
+                   "profile": "sim-rate", "hardware_class": "sim:ci", "complete": True, "status": "finished",
+                   "open_loop": True, "levels": [{"config": "rr24-cds4", "level": 20, "valid": True,
+                                                  "sustained_output_tps": v}]}
+            assert fleet.push_record(conn, HistoryRecord.model_validate(rec).model_dump(mode="json"), None,
+                                     source="test")
+    finally:
+        conn.close()
+    from sglperf.report import drift
+
+    cps, analysed = drift.detect_db(db, metric="sustained_output_tps", max_pvalue=0.001, min_magnitude=0.02,
+                                    window_len=60)
+    assert analysed == 1 and len(cps) == 1
+    assert cps[0].describe().startswith("sim-rate/rr24-cds4 r20 sustained_output_tps: -22.")
 
 
 def test_a_bad_url_and_a_wrong_password_fail_at_once_in_words(pg, db, tmp_path):

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from ..environment import fingerprint as fp_mod
 from ..store import fleet, history
-from ..records import METRICS, level_name
+from ..records import METRICS, Rate, level_name
 
 DEFAULTS = dict(max_pvalue=0.001, min_magnitude=0.02, window_len=60)
 
@@ -179,11 +179,15 @@ def _literal(conn, value) -> str:
 
 
 def series_keys(conn, metric: str) -> list[tuple[str, str | None, str, int, int]]:
-    """(profile, hardware class, config, level, valid runs) of every series of `metric`."""
-    return conn.execute(
-        "SELECT r.profile, r.hardware_class, p.config, p.level, count(*) FROM points p JOIN runs r ON r.id = p.run_id "
+    """(profile, hardware class, config, level, valid runs) of every series of `metric`; the level of an open-loop
+    series (its runs' history lines say so) is a records.Rate, named r40."""
+    rows = conn.execute(
+        "SELECT r.profile, r.hardware_class, p.config, p.level, count(*), "
+        "bool_or(coalesce((r.history->>'open_loop')::boolean, false)) FROM points p JOIN runs r ON r.id = p.run_id "
         "WHERE p.metric = %s AND p.valid AND p.value IS NOT NULL AND NOT r.excluded "
         "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4", (metric,)).fetchall()
+    return [(profile, hw, config, Rate(level) if open_loop else level, n)
+            for profile, hw, config, level, n, open_loop in rows]
 
 
 def otava_test(conn, profile: str, hw: str | None, config: str, level: int, metric: str):

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ..categories import UsageError
 from ..fileio import lock_for
-from ..records import METRICS, SCHEMA_VERSION
+from ..records import METRICS, SCHEMA_VERSION, Rate
 from .rundoc import HistoryLevel, HistoryRecord, RunDoc, explain
 
 HISTORY_ENV = "SGLPERF_HISTORY"
@@ -46,7 +46,8 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
                 **{name: (m.read(r) if ok else None) for name, m in METRICS.items()}))
     return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
                          engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,
-                         status=run.status, fingerprint=run.fingerprint or {}, levels=levels)
+                         status=run.status, fingerprint=run.fingerprint or {}, open_loop=run.open_loop,
+                         levels=levels)
 
 
 def append(path: str | Path, record: HistoryRecord) -> None:
@@ -104,12 +105,14 @@ def read(path: str | Path) -> list[dict]:
 
 
 def series(records: list[dict], *, metric: str = "sustained_output_tps") -> dict[tuple, list[tuple[dict, float]]]:
-    """(profile, hardware_class, config, level) -> [(record, value)] of valid levels, in file (time) order."""
+    """(profile, hardware_class, config, level) -> [(record, value)] of valid levels, in file (time) order. A level
+    of an open-loop run is a records.Rate, so that messages name it r40, not c40."""
     out: dict[tuple, list[tuple[dict, float]]] = {}
     for rec in records:
+        kind = Rate if rec.get("open_loop") else int
         for lv in rec["levels"]:
             if not lv.get("valid") or lv.get(metric) is None:
                 continue
-            key = (rec["profile"], rec.get("hardware_class"), lv["config"], lv["level"])
+            key = (rec["profile"], rec.get("hardware_class"), lv["config"], kind(lv["level"]))
             out.setdefault(key, []).append((rec, float(lv[metric])))
     return out

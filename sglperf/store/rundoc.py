@@ -203,6 +203,7 @@ class HistoryRecord(Strict):
     complete: bool
     status: str | None = None
     fingerprint: dict[str, Any] = {}
+    open_loop: bool = False  # its levels are offered rates (r40), not concurrencies (c40): how drift names them
     levels: list[HistoryLevel]
 
 
