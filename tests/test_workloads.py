@@ -274,6 +274,9 @@ def test_an_open_loop_profile_runs_its_rates_and_a_server_saturating_below_them_
     level = run["configs"]["rr24"]["levels"]["40"]
     assert (level["concurrency"], level["offered_rps"], level["saturation"]) == (None, 40.0, None)
     assert abs(level["achieved_rps"] / 40 - 1) < 0.1
+    doc = load_run(next((tmp_path / "a" / "runs").glob("*.json")))
+    assert "throughput.sim-rate.rr24.r40" in {e["key"] for e in perf_entries([doc])}, "its Allure trend names r40"
+    assert record_from_run(doc).open_loop, "its history line keeps the ladder's kind"
     p, out = rate_suite(tmp_path / "b", "--levels", "20", "-k", "floor", "--server-arg=--max-running-requests=4")
     assert p.returncode == 1, out[-3000:]
     assert "FAILED perf_tests/test_levels.py::test_sustained_throughput_floor[sim-rate/rr24/r20]" in out

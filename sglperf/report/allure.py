@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..categories import Category
 from ..fileio import jsonl
-from ..records import METRICS, LevelResult, level_name
+from ..records import METRICS, LevelResult, Rate, level_name
 from ..redact import redact
 
 # Failure categories: the suite's failure messages start with these words (categories.py).
@@ -183,7 +183,8 @@ def perf_entries(docs: list) -> list[dict]:
                 for metric in (m for m in METRICS.values() if m.trend):
                     value = metric.read(r)
                     if value is not None:
-                        key = metric_key(metric.trend, doc.profile, cname, int(lv))
+                        level = Rate(int(lv)) if doc.open_loop else int(lv)
+                        key = metric_key(metric.trend, doc.profile, cname, level)
                         entries.append({"id": key, "key": key, "value": round(value, 3), "start": start,
                                         "stop": stop})
     return entries
