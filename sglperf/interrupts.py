@@ -24,18 +24,24 @@ class _Deferred:
     previous = None
     active = False
     noted = False
+    what = ""
 
 
 def defer(what: str) -> None:
     """From now until `resume()`, Ctrl-C (and SIGTERM, which raises it) is noted, not raised: what the first one
-    interrupted (`what`: the partial level) is written before the run ends, however often the user presses it. Where
-    a second one raised, the level it was saving was lost."""
-    if threading.current_thread() is not threading.main_thread() or _Deferred.active:
+    interrupted (`what`: the partial level, then the interrupted run's files) is written before the run ends, however
+    often the user presses it. Where a second one raised, the level it was saving was lost. Called again while
+    deferred, it only names what is being saved now."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _Deferred.what = what
+    if _Deferred.active:
         return
 
     def note(signum, frame):
         if not _Deferred.noted:
-            print(f"\nsglperf: saving {what} first; the run ends as soon as it is written", file=sys.stderr, flush=True)
+            print(f"\nsglperf: saving {_Deferred.what} first; the run ends as soon as it is written", file=sys.stderr,
+                  flush=True)
         _Deferred.noted = True
 
     _Deferred.previous = signal.signal(signal.SIGINT, note)

@@ -4,11 +4,15 @@ A scripted aiohttp server on loopback plays each answer."""
 
 import asyncio
 import json
+import os
+import signal
+import time
 
 import pytest
 from aiohttp import web
 
-from sglperf.measure.client import LoadGenerator, Target, Workload
+from sglperf.interrupts import resume
+from sglperf.measure.client import LoadGenerator, Target, Workload, run_loop
 from sglperf.measure.wire import NATIVE, by_name
 
 
@@ -218,3 +222,23 @@ def test_events_are_read_however_the_bytes_are_cut_into_reads():
         for a, b in zip([0, *cuts], [*cuts, len(stream)]):
             ex.on_body(stream[a:b])
         assert got == want, cuts
+
+
+def test_ctrl_c_after_the_interrupted_level_is_saved_raises_again_and_never_reaches_the_closed_loop():
+    """The first Ctrl-C cancels the level; once its partial result is saved (resume), Ctrl-C is the caller's again.
+    The level's own handler must not come back then: its loop is closed, and it raised `RuntimeError: Event loop is
+    closed` from inside pytest's session end (a traceback where a clean interrupted run was due)."""
+    async def level():
+        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return "interrupted"
+
+    before = signal.getsignal(signal.SIGINT)
+    assert run_loop(level()) == "interrupted"
+    resume()
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # Python runs the handler between bytecodes: at once

@@ -116,7 +116,8 @@ def run_loop(main):
     """asyncio.run, on uvloop where it is installed (`pip install 'sglperf[fast]'`): the same measurements, a
     seventh less CPU per streamed token (benchmarks/client_vs_bench_serving.py). SGLPERF_EVENT_LOOP=asyncio keeps
     asyncio's own loop (to compare, or to rule uvloop out)."""
-    main = _cancelled_on_ctrl_c(main)
+    outer = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    main = _cancelled_on_ctrl_c(main, outer)
     try:
         import uvloop
     except ImportError:
@@ -130,15 +131,19 @@ def run_loop(main):
     return asyncio.run(main)
 
 
-async def _cancelled_on_ctrl_c(main):
+async def _cancelled_on_ctrl_c(main, outer):
     """`main`, cancelled by the first Ctrl-C (or SIGTERM), after which further ones are noted, not raised, until the
     caller has saved what the cancelled level measured (interrupts.defer). asyncio's own handler raises
-    KeyboardInterrupt on the second one, wherever the loop is: a level being saved was lost."""
+    KeyboardInterrupt on the second one, wherever the loop is: a level being saved was lost. Once saved (resume),
+    Ctrl-C is `outer`'s, the handler from before the loop: this one's and asyncio's belong to a loop that is closed
+    by then."""
     task, loop = asyncio.current_task(), asyncio.get_running_loop()
 
     def first(signum, frame):
+        signal.signal(signal.SIGINT, outer)  # what defer keeps and resume restores
         defer("the partial level")
-        loop.call_soon_threadsafe(task.cancel)
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
 
     if threading.current_thread() is not threading.main_thread():
         return await main

@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 from ..store import baselines, fleet, history
-from ..interrupts import resume
+from ..interrupts import defer, resume
 from . import profiles
 from ..environment import fingerprint, host_speed
 from ..environment.host import open_files_problem
@@ -37,6 +37,8 @@ from ..judge.floor import decides_floor
 from ..decide.health import count_checked, degenerate_levels, outputs_checked, pin_checked
 from .options import SuiteOptions
 from .servers import ConfigRun, Servers
+
+THE_RUN = "the interrupted run (its servers torn down, its run file written)"
 
 
 class Suite(Servers):
@@ -208,7 +210,7 @@ class Suite(Servers):
                                                      why)
             if meas.stop_reason == "interrupted":  # saved; no further level of this replicate is measured
                 self.interrupted = True
-                resume()
+                defer(THE_RUN)  # until finish() has torn the servers down and written the run file
                 raise KeyboardInterrupt(f"interrupted during {run.where} {level_name(lv)} (server start "
                                         f"{run.starts}); its partial result is saved, marked incomplete")
             out[lv] = meas
@@ -226,7 +228,7 @@ class Suite(Servers):
                                              meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
         if meas.stop_reason == "interrupted":
             self.interrupted = True
-            resume()
+            defer(THE_RUN)  # until finish() has torn the servers down and written the run file
             raise KeyboardInterrupt(f"interrupted during {run.where} {level_name(level)}; its partial result is saved, "
                                     f"marked incomplete")
         return meas
@@ -315,10 +317,18 @@ class Suite(Servers):
 
     # ------------------------------------------------------------------ the end of a run
     def finish(self, interrupted: bool) -> None:
-        resume()  # whatever interrupted the run, Ctrl-C ends the rest of it
         """Close every run file, append history, write the Allure side files and candidates. Each writer runs even
-        when another failed; failures are collected in `late_problems`."""
+        when another failed; failures are collected in `late_problems`. Ctrl-C is noted, not raised, until they are
+        written (an impatient user's second one left the run file saying `running` and a server up)."""
         interrupted = interrupted or self.interrupted
+        if interrupted:
+            defer(THE_RUN)
+        try:
+            self._finish(interrupted)
+        finally:
+            resume()
+
+    def _finish(self, interrupted: bool) -> None:
         for run in self.runs.values():  # a server restarted after its config's tests ended (an A/B re-measure)
             if run.server.teardown is None:
                 try:
