@@ -73,6 +73,21 @@ def test_extend_takes_the_new_runs_probes_and_pools_them_with_the_baselines():
                "INVALID naming the host" in n for n in notes), notes
 
 
+def test_a_canary_taken_into_a_calibrated_baseline_keeps_the_band_of_the_runs_behind_its_floors():
+    docs = []
+    for i, (v, speed) in enumerate([(1000, 40.0), (1020, 41.0), (980, 39.5)]):
+        doc = run_doc(f"r{i}", {8: result(8, value=float(v))}, profile="gpu1-llamacpp", hardware_class="1 x GPU")
+        doc.configs["rr24-cds4"].fingerprint = {"host_speed": {"score": speed}}
+        docs.append(doc)
+    calibrated, _ = calibration.calibrate(docs, isl=32, osl=32)
+    later = run_doc("r9", {8: result(8, value=900.0)}, profile="gpu1-llamacpp", hardware_class="1 x GPU")
+    later.configs["rr24-cds4"].fingerprint = {"host_speed": {"score": 30.0}}
+    canary = baselines.from_run(later, tolerance=0.1, isl=32, osl=32).model_copy(update={"configs": {}})
+    assert baselines.merge(calibrated, canary).host_speed == calibrated.host_speed
+    floors = baselines.from_run(later, tolerance=0.1, isl=32, osl=32)
+    assert baselines.merge(calibrated, floors).host_speed.score == 30.0, "new floors come with their run's speed"
+
+
 @pytest.fixture(scope="module")
 def llama_ready():
     try:

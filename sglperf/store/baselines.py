@@ -292,7 +292,9 @@ def diff_lines(old: BaselineFile | None, new: BaselineFile, unchanged: bool = Fa
 
 
 def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
-    """Replace the (config, level, metric) entries `new` has; keep everything else of `old`."""
+    """Replace the (config, level, metric) entries `new` has; keep everything else of `old`. The host's speed is
+    that of the runs behind the floors: `new`'s where it brings floors, `old`'s where it brings only a canary (one
+    run's probe replaced five runs' band, ±10% became ±17%)."""
     if old is None:
         return new
     if old.hardware_class != new.hardware_class or old.profile != new.profile:
@@ -304,7 +306,7 @@ def merge(old: BaselineFile | None, new: BaselineFile) -> BaselineFile:
             configs.setdefault(c, {}).setdefault(lv, {}).update(metrics)
     pooled = [p for p in old.pooled if p.metric not in {q.metric for q in new.pooled}] + list(new.pooled)
     return old.model_copy(update={"configs": configs, "pooled": pooled, "schema_version": SCHEMA_VERSION,
-                                  "host_speed": new.host_speed or old.host_speed,
+                                  "host_speed": (new.host_speed if new.configs else None) or old.host_speed,
                                   "open_loop": new.open_loop or old.open_loop,
                                   "canary": {**old.canary, **new.canary},
                                   "canary_fingerprint": {**old.canary_fingerprint, **new.canary_fingerprint}})
