@@ -124,6 +124,7 @@ class ServerSample:
     decode_steps_total: float | None = None
     busy_slot_steps_total: float | None = None
     spec_accept_length: float | None = None  # speculative decoding: the server's mean accepted tokens per verify step
+    spec_accepted_total: float | None = None  # ... or its count of accepted draft tokens (llama.cpp), a counter
     cache_hit_rate: float | None = None  # the prefix cache's hit rate as the server reports it (sglang:cache_hit_rate)
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
     # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).

@@ -51,6 +51,37 @@ def test_a_levels_acceptance_is_weighed_by_verify_steps_over_the_window_beside_t
     assert acceptance([RequestRecord(0, 0.0, 5.0, 32, 32)], (1.0, 10.0), []) == {}, "a plain server: nothing"
 
 
+# llama-server 0.3.36's last chunk of a /v1/completions stream, drafting with a draft model (recorded): 8 tokens, 5 of
+# them accepted drafts, so 3 forward passes of the target (the prompt's, then 1 + 3 and 1 + 2 tokens)
+LLAMACPP_LAST = {"choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}],
+                 "object": "text_completion", "usage": {"completion_tokens": 8, "prompt_tokens": 4, "total_tokens": 12,
+                                                        "prompt_tokens_details": {"cached_tokens": 0}},
+                 "timings": {"cache_n": 0, "prompt_n": 4, "prompt_ms": 13.631, "predicted_n": 8, "predicted_ms": 32.295,
+                             "draft_n": 5, "draft_n_accepted": 5}}
+
+
+def test_llamacpps_final_timings_give_each_request_its_tokens_per_pass_of_the_target():
+    from sglperf.measure.client import _Progress
+    from sglperf.measure.wire import OPENAI
+
+    p = _Progress(0, 0.0, 4, 8)
+    OPENAI.chunk(LLAMACPP_LAST, p, 7)
+    assert (p.spec_verify_ct, p.spec_accept_length) == (3, pytest.approx(8 / 3))
+    plain = _Progress(0, 0.0, 4, 8)
+    OPENAI.chunk({**LLAMACPP_LAST, "timings": {"predicted_n": 8, "prompt_n": 4}}, plain, 7)
+    assert plain.spec_verify_ct is None and plain.spec_accept_length is None, "no draft: nothing recorded"
+
+
+def test_a_server_that_counts_accepted_drafts_gives_its_acceptance_over_the_window_from_its_counters():
+    """llama.cpp counts output and accepted draft tokens: over the window, output / (output - accepted) tokens a
+    pass of the target, the counters interpolated at the window's edges."""
+    server = [ServerSample(time=0.0, output_tokens_total=0.0, spec_accepted_total=0.0),
+              ServerSample(time=10.0, output_tokens_total=3200.0, spec_accepted_total=2300.0)]
+    out = acceptance([rec(0, 3.5, 9)], (2.0, 7.0), server)
+    assert out["server_accept_length"] == pytest.approx(1600 / (1600 - 1150), abs=1e-4)
+    assert acceptance([rec(0, 3.5, 9)], (2.0, 7.0), server[:1])["server_accept_length"] is None, "one scrape: none"
+
+
 def test_a_throughput_floor_missed_says_whether_the_draft_or_the_verify_step_moved():
     from sglperf.decide.floor import attributed
     from sglperf.judge.floor import FloorVerdict

@@ -22,9 +22,16 @@ class LlamaCpp(Engine):
         "queued": Series("llamacpp:requests_deferred"),
         "decode_steps_total": Series("llamacpp:n_decode_total"),
         "busy_per_decode": Series("llamacpp:n_busy_slots_per_decode"),  # cumulative mean since start
+        # speculative decoding: draft tokens the target accepted, counted when a request finishes
+        "spec_accepted_total": Series("llamacpp:spec_decode_num_accepted_tokens_total"),
     }
 
-    PLACEHOLDERS = ("{llama_server}", "{llama_server_cuda}", "{llamacpp_model}", "{llamacpp_model_gpu}")
+    # The models a profile names, as make_model's arguments. {llamacpp_model_idle12}: the tiny model and 12 layers
+    # that add nothing, so its outputs are the tiny model's at 4x the work, and the tiny model drafts it exactly (a
+    # target and its cheap draft, as an MTP head or an EAGLE draft serves a large model).
+    MODELS = {"{llamacpp_model}": {}, "{llamacpp_model_gpu}": {"gpu": True},
+              "{llamacpp_model_idle12}": {"idle_layers": 12}}
+    PLACEHOLDERS = ("{llama_server}", "{llama_server_cuda}", *MODELS)
 
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
         """Busy slots summed over decode steps = the cumulative per-step mean x the steps: a counter whose
@@ -55,9 +62,11 @@ class LlamaCpp(Engine):
         if part in ("{llama_server}", "{llama_server_cuda}"):
             cuda = part == "{llama_server_cuda}"
             return str(build.build(cuda=cuda) if make else build.server_path(cuda=cuda))
-        gpu = part == "{llamacpp_model_gpu}"
+        kind = dict(LlamaCpp.MODELS[part])
+        gpu, idle = kind.pop("gpu", False), kind.pop("idle_layers", 0)
         shape = build.GPU_MODEL_SHAPE if gpu else build.MODEL_SHAPE
-        return str(build.make_model(shape=shape, f16=gpu) if make else build.model_path(shape, gpu))
+        return str(build.make_model(shape=shape, f16=gpu, idle_layers=idle) if make
+                   else build.model_path(shape, gpu, idle_layers=idle))
 
     def resolve(self, part: str) -> str:
         if part in self.PLACEHOLDERS:

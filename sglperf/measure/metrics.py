@@ -490,7 +490,9 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
 def acceptance(done: list[RequestRecord], window, server) -> dict:
     """Speculative decoding's acceptance length over the requests that finished inside the window: accepted tokens
     per verify step, each request weighed by its verify steps (as SGLang's gauge pools them), with a 95% t interval
-    over the requests; and the server's gauge, averaged over the window's scrapes. Nothing for a plain server."""
+    over the requests; and the server's own: SGLang's gauge averaged over the window's scrapes, or from the counters
+    of an engine that counts accepted tokens (llama.cpp: output / (output - accepted), wire.spec_from_timings).
+    Nothing for a plain server."""
     inside = [r for r in done if r.spec_verify_ct and r.spec_accept_length is not None
               and (window is None or window[0] <= r.end_time <= window[1])]
     if not inside:
@@ -503,8 +505,21 @@ def acceptance(done: list[RequestRecord], window, server) -> dict:
             if len(a) > 1 else None)
     gauge = [s.spec_accept_length for s in server if s.spec_accept_length is not None
              and (window is None or window[0] <= s.time <= window[1])]
+    own = sum(gauge) / len(gauge) if gauge else _accepted_per_pass(server, window)
     return dict(acceptance_length=round(mean, 4), acceptance_length_ci95=None if half is None else round(half, 4),
-                server_accept_length=round(sum(gauge) / len(gauge), 4) if gauge else None)
+                server_accept_length=None if own is None else round(own, 4))
+
+
+def _accepted_per_pass(server, window) -> float | None:
+    """Output tokens per forward pass of the target from the counters of output and accepted draft tokens,
+    interpolated at the window's edges."""
+    if window is None:
+        return None
+    d = {attr: [_interp(server, attr, t) for t in window] for attr in ("output_tokens_total", "spec_accepted_total")}
+    if any(v is None for vals in d.values() for v in vals):
+        return None
+    out, acc = (b - a for a, b in d.values())
+    return out / (out - acc) if out > acc >= 0 else None
 
 
 def prefix_cache(done: list[RequestRecord], window, server, allowed: float | None) -> dict:

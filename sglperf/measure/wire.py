@@ -193,6 +193,7 @@ class OpenAICompletions(Wire):
                 p.finish = fr
                 if fr == "abort":
                     p.fail("abort", "finish_reason abort")
+                spec_from_timings(p, obj.get("timings"))
         if ct is not None:
             p.server_completion = ct
             p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
@@ -232,6 +233,19 @@ def by_name(name: str) -> Wire:
         return WIRES[name]
     except KeyError:
         raise ValueError(f"unknown API {name!r} (known: {', '.join(WIRES)})") from None
+
+
+def spec_from_timings(p, timings) -> None:
+    """llama.cpp's final chunk carries `timings`: the tokens it predicted and, with speculative decoding, the draft
+    tokens it accepted (not its verify steps). Each of the target's forward passes (the prompt's, then one a decode
+    step, drafted or not) gives one token of its own and the drafts it accepted, so n tokens with a accepted took
+    n - a passes: the acceptance length is n / (n - a) tokens a pass, which the server's counters give over a window
+    too (metrics.acceptance)."""
+    if not isinstance(timings, dict) or "draft_n_accepted" not in timings:
+        return
+    n, a = count_or_none(timings.get("predicted_n")), count_or_none(timings.get("draft_n_accepted"))
+    if n is not None and a is not None and n > a:
+        p.spec_verify_ct, p.spec_accept_length = n - a, n / (n - a)
 
 
 def count_or_none(x) -> int | None:
