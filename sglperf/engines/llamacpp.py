@@ -62,8 +62,8 @@ class LlamaCpp(Engine):
         if part in ("{llama_server}", "{llama_server_cuda}"):
             cuda = part == "{llama_server_cuda}"
             return str(build.build(cuda=cuda) if make else build.server_path(cuda=cuda))
-        kind = dict(LlamaCpp.MODELS[part])
-        gpu, idle = kind.pop("gpu", False), kind.pop("idle_layers", 0)
+        kind = LlamaCpp.MODELS[part]
+        gpu, idle = kind.get("gpu", False), kind.get("idle_layers", 0)
         shape = build.GPU_MODEL_SHAPE if gpu else build.MODEL_SHAPE
         return str(build.make_model(shape=shape, f16=gpu, idle_layers=idle) if make
                    else build.model_path(shape, gpu, idle_layers=idle))
