@@ -53,7 +53,8 @@ def metric_declarations(results: Path) -> dict:
 
 
 # The report's chart groups, by metric: a metric not named here is throughput (or latency, or goodput)
-GROUPS = {"throughput": "Sustained output throughput per config and level", "latency": "TTFT p99 per config and level",
+GROUPS = {"throughput": "Sustained output throughput per config and level",
+          "latency": "Latency per config and level: TTFT mean and p99, TPOT p99",
           "goodput": "Goodput under the profile's SLO per config and level",
           "speculative": "Speculative decoding: accepted tokens per verify step",
           "prefix_cache": "Shared prefixes: share of prompt tokens served from the prefix cache"}
