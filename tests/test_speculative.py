@@ -2,15 +2,22 @@
 spec_accept_length and spec_verify_ct, the sglang:spec_accept_length gauge), and a level's acceptance length is read
 from every request that finished in its window, with an interval, beside the server's gauge."""
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 
+from sglperf.engines import llamacpp_build
 from sglperf.measure.metrics import acceptance
 from sglperf.records import RequestRecord, ServerSample
 from sglperf.sim.calibrate import engine_config
 from sglperf.sim.engine import Engine
 from sglperf.sim.presets import CI
+
+from .conftest import assert_suite_passed, user_env
+from .test_faults import ROOT
 
 
 def run_engine(**spec) -> Engine:
@@ -128,16 +135,10 @@ def test_a_pinned_acceptance_must_hold_and_a_baseline_of_one_pin_never_judges_an
     assert other_pin([SimpleNamespace(fingerprint={"driver": "1"})], {}) is None, "old baselines, unpinned runs"
 
 
-def spec_suite(tmp_path, *args, env=None):
-    import subprocess
-    import sys
-
-    from .conftest import user_env
-    from .test_faults import ROOT
-
+def spec_suite(tmp_path, *args, profile="sim-spec", env=None):
     p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-rs", "-p", "no:randomly", "--profile",
-                        "sim-spec", "--reports-dir", str(tmp_path / "reports"), *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=user_env(**(env or {})))
+                        profile, "--reports-dir", str(tmp_path / "reports"), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env=user_env(**(env or {})))
     return p, p.stdout + p.stderr
 
 
@@ -172,36 +173,18 @@ def test_a_pinned_acceptance_that_holds_is_judged_and_one_that_does_not_is_inval
                                  "(SGLANG_SIMULATE_ACC_LEN) but measured 2." in out, out[-3000:]
 
 
-def llama_spec_suite(reports, *args):
-    import subprocess
-    import sys
-
-    from .conftest import user_env
-    from .test_faults import ROOT
-
-    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-rs", "-p", "no:randomly", "--profile",
-                        "cpu-llamacpp-spec", "--levels", "1", "--reports-dir", str(reports), *args], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600, env=user_env())
-    return p, p.stdout + p.stderr
-
-
 def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target_fails_naming_which(tmp_path):
     """Real llama.cpp on this CPU, a draft model proposing up to 3 tokens a pass to a target that computes the same
     outputs at 4x its work. The client's acceptance (each request's final `timings`) is the server's (its counters);
     a baseline from that run, then a draft from other weights (every draft rejected: 1 token a pass, whatever the
     host) fails throughput naming the draft, and a target with twice the idle layers (the same outputs and
     acceptance, each pass slower) fails throughput naming the verify step."""
-    import json
-    import subprocess
-    import sys
+    def llama(name, *args):
+        return spec_suite(tmp_path / name, "--levels", "1", *args, profile="cpu-llamacpp-spec")
 
-    from sglperf.engines import llamacpp_build
-
-    from .conftest import assert_suite_passed
-
-    p, out = llama_spec_suite(tmp_path / "healthy")
+    p, out = llama("healthy")
     assert_suite_passed(p.returncode, p.stdout)
-    [run] = (tmp_path / "healthy" / "runs").glob("*.json")
+    [run] = (tmp_path / "healthy" / "reports" / "runs").glob("*.json")
     c1 = json.loads(run.read_text())["configs"]["draft3"]["levels"]["1"]
     # 32 tokens, all drafts accepted: the prompt's pass gives 1, then passes of 4 (3 accepted + the target's own):
     # 9 passes, 3.56 a pass; a rare draft the target computes otherwise takes a little off
@@ -214,15 +197,14 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
                         "--file", str(bfile)], check=True, capture_output=True)
 
     worse = llamacpp_build.make_model(seed=1)
-    p, out = llama_spec_suite(tmp_path / "draft", "--baseline-file", str(bfile), "--server-arg=--model-draft",
-                              f"--server-arg={worse}")
+    p, out = llama("draft", "--baseline-file", str(bfile), "--server-arg=--model-draft", f"--server-arg={worse}")
     assert p.returncode == 1, out[-3000:]
     assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: sustained_output_tps" in out, out[-3000:]
     assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" in out
     assert ": the draft's share" in out and "the verify step slowed" not in out
 
     slower = llamacpp_build.make_model(idle_layers=24)
-    p, out = llama_spec_suite(tmp_path / "verify", "--baseline-file", str(bfile), "--model-path", str(slower))
+    p, out = llama("verify", "--baseline-file", str(bfile), "--model-path", str(slower))
     assert p.returncode == 1, out[-3000:]
     assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: sustained_output_tps" in out, out[-3000:]
     assert "acceptance unchanged" in out and "the verify step slowed" in out

@@ -142,8 +142,7 @@ async def _cancelled_on_ctrl_c(main, outer):
     def first(signum, frame):
         signal.signal(signal.SIGINT, outer)  # what defer keeps and resume restores
         defer("the partial level")
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)
+        loop.call_soon_threadsafe(task.cancel)
 
     if threading.current_thread() is not threading.main_thread():
         return await main

@@ -254,6 +254,12 @@ def _running_per_step(samples: list[ServerSample], s: float, e: float, delta) ->
     return round(mean, 6), round(max(means + [mean]), 6)
 
 
+def _delta(samples: list[ServerSample], attr: str, window: tuple[float, float]) -> float | None:
+    """How far a counter moved over the window, interpolated at its edges."""
+    a, b = (_interp(samples, attr, t) for t in window)
+    return None if a is None or b is None else b - a
+
+
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
     """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
     out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
@@ -264,8 +270,7 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
     s, e = window
 
     def delta(attr: str) -> float | None:
-        a, b = _interp(samples, attr, s), _interp(samples, attr, e)
-        return None if a is None or b is None else b - a
+        return _delta(samples, attr, window)
 
     d_decode, d_first, d_out = delta("decode_tokens_total"), delta("first_tokens_total"), delta("output_tokens_total")
     if d_decode is not None and d_first is not None:
@@ -515,11 +520,8 @@ def _accepted_per_pass(server, window) -> float | None:
     interpolated at the window's edges."""
     if window is None:
         return None
-    d = {attr: [_interp(server, attr, t) for t in window] for attr in ("output_tokens_total", "spec_accepted_total")}
-    if any(v is None for vals in d.values() for v in vals):
-        return None
-    out, acc = (b - a for a, b in d.values())
-    return out / (out - acc) if out > acc >= 0 else None
+    out, acc = _delta(server, "output_tokens_total", window), _delta(server, "spec_accepted_total", window)
+    return out / (out - acc) if out is not None and acc is not None and out > acc >= 0 else None
 
 
 def prefix_cache(done: list[RequestRecord], window, server, allowed: float | None) -> dict:
