@@ -266,15 +266,15 @@ class LevelResult:
     acceptance_length: float | None = None
     acceptance_length_ci95: float | None = None
     server_accept_length: float | None = None
-    # a shared-prefix workload: the share of the window's prompt tokens the server served from its prefix cache
-    # (each request's cached_tokens), its 95% interval, the share the workload allows (its shared prefix over the
-    # prompt), and the server's own hit rate over the window; None where the workload shares nothing
     # an open-loop level: the rate offered, the rate the client sent inside the window (its schedule kept) and the
     # rate of requests completed there; `saturation` says where the server fell behind the offered rate (None: kept)
     offered_rps: float | None = None
     sent_rps: float | None = None
     achieved_rps: float | None = None
     saturation: str | None = None
+    # a shared-prefix workload: the share of the window's prompt tokens the server served from its prefix cache
+    # (each request's cached_tokens), its 95% interval, the share the workload allows (its shared prefix over the
+    # prompt), and the server's own hit rate over the window; None where the workload shares nothing
     prefix_cache_share: float | None = None
     prefix_cache_share_ci95: float | None = None
     prefix_cache_allowed: float | None = None
