@@ -230,6 +230,9 @@ class LevelResult:
     count_source: str | None = None  # where output token counts came from: usage, chunks or retokenized
     host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
     sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window
+    # the server's count came from a counter that moves when a request finishes (llama.cpp's, or SGLang's while it
+    # drafts: measure/metrics.server_view), not per token; None where there was no count
+    server_count_at_completion: bool | None = None
     # the host's CPU speed probe taken just before a GPU server's level (environment/host_speed.py; None: not probed:
     # the simulator, a server on another host, a CPU server, judged by the probes before its starts)
     host_cpu_speed: float | None = None

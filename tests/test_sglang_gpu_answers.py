@@ -2,8 +2,11 @@
 Llama with dummy weights, cap 32 over a 12,288-token pool): the adapter reads its /server_info, /metrics and streamed
 /generate as it reads SGLang 0.5.23 on the CPU, and a suite run of it is judged again by the suite's own loop."""
 
+import gzip
 import json
 from pathlib import Path
+
+import pytest
 
 from sglperf import engines
 from sglperf.decide import decide
@@ -13,10 +16,13 @@ from sglperf.decide.floor import Floor
 from sglperf.decide.health import RequestHealth
 from sglperf.decide.plateau import Plateau
 from sglperf.decide.replay import RecordedConfig, RecordedRun
+from sglperf.environment import host_speed
 from sglperf.judge import calibration
+from sglperf.measure import metrics
 from sglperf.measure.wire import NATIVE
 from sglperf.run import profiles
 from sglperf.store import baselines
+from sglperf.records import ServerSample
 from sglperf.store.rundoc import load_run
 
 DATA = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17"
@@ -174,41 +180,95 @@ BASELINE_RUNS = DATA.parent / "h100-sglang-0.5.17-baseline"
 H100_BASELINE = Path(__file__).parents[1] / "baselines" / "gpu1-sglang" / "1-x-nvidia-h100-80gb-hbm3.json"
 
 
-def test_the_h100_baseline_is_what_calibration_makes_of_its_four_runs_and_two_runs_make_none():
-    """gpu1-sglang's H100 baseline (rr16 at c32 and c64) is calibrate over four recorded runs of one host, each its
-    own server start: CV 8.6-9.3% with 3 df gives tolerances of 33-35%, wide and honest (the tiny model leaves
-    SGLang's Python scheduler, the host's CPU, the bottleneck). Two of those runs (1 df) would need a floor at or
-    below zero: calibration leaves each level out and says why, rather than write a floor that judges nothing."""
-    runs = [load_run(p) for p in sorted(BASELINE_RUNS.glob("*.json"))]
+NEXT_HOST = DATA.parent / "h100-sglang-0.5.17-2026-12-06"
+
+
+def test_the_h100_baseline_is_what_calibration_makes_of_six_runs_over_two_host_starts_and_two_runs_make_none():
+    """gpu1-sglang's H100 baseline (rr16 at c32 and c64) is calibrate over six recorded runs, each its own server
+    start: four on one host start, two on another. CV 9.0% and 13.4% with 5 df give tolerances of 23.7% and 38.1%,
+    wide and honest (the tiny model leaves SGLang's Python scheduler, the host's CPU, the bottleneck); the second host
+    start's runs read within the first's spread, so no part of the noise is left to the host. Two of the runs (1 df)
+    would need a floor at or below zero: calibration leaves each level out and says why."""
+    runs = [load_run(p) for p in [*sorted(BASELINE_RUNS.glob("*.json")), *sorted(NEXT_HOST.glob("calib-*.json"))]]
     committed = baselines.load(H100_BASELINE)
     bf, notes = calibration.calibrate(runs, isl=128, osl=128, starts=2)
-    for lv in ("32", "64"):
+    assert any(n.startswith("hosts: 2 (977ddd38b2e8: 4 runs, 3cfdb87e164b: 2 runs)") for n in notes), notes
+    for lv, tol in (("32", 0.2369), ("64", 0.3808)):
         made = bf.configs["rr16"][lv]["sustained_output_tps"]
         kept = committed.configs["rr16"][lv]["sustained_output_tps"]
-        assert (made.value, made.tolerance, made.runs) == (kept.value, kept.tolerance, 4)
-        assert 0.25 < kept.tolerance < 0.45
+        assert (made.value, made.tolerance, made.runs) == (kept.value, kept.tolerance, 6)
+        assert kept.tolerance == pytest.approx(tol, abs=1e-4)
     two, notes = calibration.calibrate(runs[:2], isl=128, osl=128, starts=2)
     assert not two.configs.get("rr16")
     assert sum("left out" in n and "calibrate over more runs" in n for n in notes) == 2, notes
 
 
-def test_h100_runs_of_this_and_another_host_start_are_judged_against_the_h100_baseline():
-    """No floor of the calibration runs, nor of the earlier session's run on another start of an H100 host (6,490
-    and 6,546 tok/s: 24% under this host's mean, inside the 33-35% the four runs' noise allows), reads as a
-    regression: eight pass, and two levels whose own 30-s interval was +/-47-54% (lag-1 correlation 0.74-0.81: the
-    scheduler's speed drifting inside the window) are INCONCLUSIVE, their intervals straddling the floor. The live
-    run 2 of the four left rr16's plateau undecided after its second start (attributed to the cap), never violated."""
+def test_h100_runs_of_two_host_starts_and_an_earlier_one_are_judged_against_the_h100_baseline():
+    """No floor of the calibration runs, of the two runs judged live against it, nor of an earlier session's run on a
+    third start of an H100 host (6,490 and 6,546 tok/s) reads as a regression: sixteen pass, and three levels whose
+    own 30-s interval was +/-31-54% (the scheduler's speed drifting inside the window) are INCONCLUSIVE, their
+    intervals straddling the floor. The live run 2 of the first four left rr16's plateau undecided after its second
+    start (attributed to the cap), never violated."""
     prof = profiles.load("gpu1-sglang")
     bf = baselines.load(H100_BASELINE)
     kinds = []
-    for path in [*sorted(BASELINE_RUNS.glob("*.json")), SUITE / "suite-run-both-cut.json"]:
-        run = load_run(path)
-        ev = RecordedConfig(run, "rr16", bf, prof, source=str(H100_BASELINE.name))
+    paths = [*sorted(BASELINE_RUNS.glob("*.json")), SUITE / "suite-run-both-cut.json",
+             *sorted(NEXT_HOST.glob("calib-*.json")), *sorted(NEXT_HOST.glob("judged-*.json"))]
+    for path in paths:
+        ev = RecordedConfig(load_run(path), "rr16", bf, prof, source=str(H100_BASELINE.name))
         for lv in (32, 64):
             outcome = decide(Floor(lv), ev)
             kinds.append(outcome.kind)
             assert outcome.kind == "pass" or (outcome.message.startswith("INCONCLUSIVE")
                                               and "straddles the floor" in outcome.message), outcome.message
-    assert kinds.count("pass") == 8
+    assert (len(kinds), kinds.count("pass")) == (18, 15)
     live = load_run(BASELINE_RUNS / "20261205-192646-88cb69.json").configs["rr16"].plateau
     assert live.outcome == "inconclusive" and live.attributed_to == "cap"
+
+
+def test_real_sglang_with_cuda_graphs_off_fails_throughput_regression_naming_the_flag():
+    """The slowed run: rr16 with --disable-cuda-graph (every decode step launched from Python: a kernel-path
+    slowdown a driver or CUDA upgrade could cause) read 4,985 and 4,297 tok/s over two starts each, -42% and -49%:
+    THROUGHPUT REGRESSION at both levels, naming the flag as what changed. Live, its levels' CPU probes averaged 20%
+    under the baseline's (66.8 against 83.3, a band of 19%), and c64's miss of its floor (-17.6%) lay within that
+    share: INVALID naming the host, not a regression; c32's (-23.8%) did not."""
+    prof = profiles.load("gpu1-sglang")
+    bf = baselines.load(H100_BASELINE)
+    run = load_run(NEXT_HOST / "slowed-nograph-20261206-153308-7f5434.json")
+    for lv, drop in ((32, "-41.9%"), (64, "-49.0%")):
+        outcome = decide(Floor(lv), RecordedConfig(run, "rr16", bf, prof, source=str(H100_BASELINE.name)))
+        assert outcome.message.startswith("THROUGHPUT REGRESSION") and drop in outcome.message, outcome.message
+        assert "server_args (+ --disable-cuda-graph)" in outcome.message
+    probes = [d.host_cpu_speed for lv in ("32", "64") for d in (run.configs["rr16"].levels[lv],
+                                                                 *run.configs["rr16"].replicates[lv])]
+    slow = host_speed.slower(host_speed.summarize(probes)[0], bf.host_speed.score, bf.host_speed.cv,
+                             bf.host_speed.runs)
+    assert slow is not None and round(slow.now, 1) == 66.8
+    ev = RecordedConfig(run, "rr16", bf, prof, source=str(H100_BASELINE.name), slow_host=slow)
+    assert decide(Floor(32), ev).message.startswith("THROUGHPUT REGRESSION")
+    c64 = decide(Floor(64), ev).message
+    assert c64.startswith("INVALID MEASUREMENT") and "this host's CPU probed 20% slower" in c64, c64
+
+
+def test_real_sglang_drafting_is_not_counted_by_its_per_step_counters():
+    """SGLang 0.5.17 drafting with NGRAM on an H100 (gpu1-sglang-spec): its per-step decode counter counts what each
+    verify step accepted, also past a finished request's max_tokens (295,579 + 2,161 first tokens at c8 where the
+    client streamed 276,608, exactly its requests' completion tokens): read as the streamed count, the client/server
+    check called c8 and c16 INVALID (0.93, 0.94), and divided by the acceptance gauge it made up to 102 running
+    requests under a cap of 16. While the server drafts, the running count comes from its own snapshots (at most 10
+    and 16: a finished request is still in the batch as the next is admitted) and the
+    count from the counter of finished requests' tokens, which these samples (taken before the suite read it) lack:
+    no count, rather than a false disagreement."""
+    run = load_run(NEXT_HOST / "spec-ngram-20261206-153818-ae6ffa.json")
+    for lv in ("8", "16"):
+        doc = run.configs["ngram"].levels[lv]
+        samples = [ServerSample(**json.loads(x)) for x in gzip.open(NEXT_HOST / f"ngram-c{lv}.server.jsonl.gz")]
+        window = (doc.window_start, doc.window_end)
+        assert metrics.drafting(samples, window)
+        view = metrics.server_view(samples, window)
+        assert view["server_running_source"] == "snapshots" and view["server_max_running"] <= 16, "the cap"
+        assert doc.server_max_running > 2 * int(lv), "as recorded: busy slots from the accepted tokens"
+        assert view["server_output_tps"] is None and view["server_count_at_completion"] is None
+        assert not doc.valid and "disagree on how many tokens were streamed" in doc.invalid_reasons[0]
+        assert doc.acceptance_length == pytest.approx(6.5, abs=0.05)
+        assert doc.server_accept_length / doc.acceptance_length == pytest.approx(1.02, abs=0.01)

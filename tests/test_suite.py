@@ -108,17 +108,16 @@ def test_two_checkouts_at_different_paths_hash_the_same_config_the_same(tmp_path
 
 def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window_edge_plus_the_scrapes_timing():
 
-    from sglperf import engines
     from sglperf.judge.count import server_agreement
 
     from .rundocs import result
 
     r = dataclasses.replace(result(32, value=680.0), osl=32, window_s=13.0, server_output_tps=695.0)
-    tol, why = server_agreement(r, tolerance=0.02, counts_at_completion=engines.get("llamacpp").counts_at_completion,
-                                cap=8)
+    tol, why = server_agreement(dataclasses.replace(r, server_count_at_completion=True), tolerance=0.02, cap=8)
     assert tol == pytest.approx(2 * 8 * 32 / (695.0 * 13.0)) and "uncertain by up to 256 tokens" in why
-    sim = dict(tolerance=0.02, counts_at_completion=engines.get("sim").counts_at_completion, cap=8)
-    assert server_agreement(r, **sim) == (0.02, "±2%")  # SGLang's counters move per token: the profile's bound
+    sim = dict(tolerance=0.02, cap=8)
+    r = dataclasses.replace(r, server_count_at_completion=False)  # per-token counters (SGLang not drafting)
+    assert server_agreement(r, **sim) == (0.02, "±2%")  # the profile's bound
 
     # scrapes answered in 240 ms round trips at both edges: the counter is known to +/-120 ms at each
     # ... and a client whose loop ran 10 ms late (p99): its token times at each edge are that late

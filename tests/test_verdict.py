@@ -405,7 +405,7 @@ def test_a_level_whose_server_reports_twice_the_tokens_is_invalid_and_its_floor_
 
     r = dataclasses.replace(lr(16, 964.9), server_output_tps=1929.8, server_ratio=0.5)
     run = SimpleNamespace(where="sim-ci/rr24-cds4", server_count=lambda x: check_server_count(
-        x, where="sim-ci/rr24-cds4", tolerance=0.02, counts_at_completion=False, cap=24))
+        x, where="sim-ci/rr24-cds4", tolerance=0.02, cap=24))
     checked = _count_checked(run, r)
     assert not checked.valid and "disagree on how many tokens were streamed" in checked.invalid_reasons[-1]
     assert _count_checked(run, dataclasses.replace(r, server_output_tps=965.0, server_ratio=0.9999)).valid

@@ -115,7 +115,7 @@ class RecordedConfig:
 
     def server_count(self, r):
         return check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
-                                  counts_at_completion=False, cap=self.ceiling.effective if self.ceiling else None)
+                                  cap=self.ceiling.effective if self.ceiling else None)
 
     def record_plateau(self, doc) -> None:
         self.recorded["plateau"] = doc

@@ -116,7 +116,6 @@ class Engine:
     flush_path: str | None = None  # POST that empties prefix caches between levels
     loads_path: str | None = None  # a JSON load endpoint, scraped where /metrics is off
     series: dict[str, Series] = {}
-    counts_at_completion = False  # its output counter moves when a request finishes, not per token
     # its speed rides on the host's CPU, on a GPU too (scheduler, tokenizer, HTTP): the suite probes the CPU before
     # each server start, and before each level of a GPU server (environment/host_speed.py)
     host_cpu_matters = True

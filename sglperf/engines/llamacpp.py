@@ -14,7 +14,6 @@ class LlamaCpp(Engine):
     name = "llamacpp"
     wire = "openai"
     new_connection_per_request = True
-    counts_at_completion = True  # tokens_predicted_total grows by a request's tokens when it finishes
     info_paths = ("/props",)
     series = {
         "output_tokens_total": Series("llamacpp:tokens_predicted_total"),

@@ -83,6 +83,9 @@ class SGLang(Engine):
     series = {
         "decode_tokens_total": Series("sglang:realtime_tokens_total", {"mode": "decode"}),
         "first_tokens_total": Series("sglang:time_to_first_token_seconds_count"),
+        # a finished request's completion tokens, over both is_streaming labels: the count of what it streamed
+        # while it drafts (measure/metrics.drafting)
+        "output_tokens_total": Series("sglang:generation_tokens_total"),
         "running": Series("sglang:num_running_reqs"),
         "queued": Series("sglang:num_queue_reqs"),
         "token_usage": Series("sglang:token_usage", combine="mean"),  # a ratio per DP rank: averaged
@@ -99,13 +102,12 @@ class SGLang(Engine):
     }
 
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
-        """Each decode pass emits one token per running request, or its accepted tokens with speculative decoding,
-        so the decode tokens counted between two scrapes over the decode passes between them, less the acceptance,
-        is the mean running count there."""
+        """Each decode pass emits one token per running request, so the decode tokens counted between two scrapes
+        over the decode passes between them is the mean running count there (not while it drafts: a verify step
+        emits what it accepted, measure/metrics.drafting)."""
         values = dict(values)
         if values.get("decode_steps_total") is not None and values.get("decode_tokens_total") is not None:
-            accept = values.get("spec_accept_length") or 1.0
-            values["busy_slot_steps_total"] = values["decode_tokens_total"] / max(accept, 1.0)
+            values["busy_slot_steps_total"] = values["decode_tokens_total"]
         return super().sample_from(values, t)
 
     def parse_loads(self, obj: dict, t: float) -> ServerSample | None:

@@ -25,15 +25,15 @@ class CountVerdict:
         return self.message
 
 
-def server_agreement(r: LevelResult, *, tolerance: float, counts_at_completion: bool,
-                     cap: int | None) -> tuple[float, str]:
+def server_agreement(r: LevelResult, *, tolerance: float, cap: int | None) -> tuple[float, str]:
     """How far the client's sustained tok/s may differ from the server's count over the window, and why.
-    A counter that moves only when requests finish is known to one cohort of completions (running x osl tokens) at
-    each window edge, so its bound is 2 x cohort / tokens counted in the window, where that is larger than
-    `tolerance`. On top of either: the scrapes' own timing (a counter read somewhere inside a round trip is known at
-    a window edge to half of it) and the client's token times, late by its event loop's lag (docs/measurement.md)."""
+    A counter that moves only when requests finish (LevelResult.server_count_at_completion) is known to one cohort
+    of completions (running x osl tokens) at each window edge, so its bound is 2 x cohort / tokens counted in the
+    window, where that is larger than `tolerance`. On top of either: the scrapes' own timing (a counter read
+    somewhere inside a round trip is known at a window edge to half of it) and the client's token times, late by its
+    event loop's lag (docs/measurement.md)."""
     tol, why = tolerance, f"±{tolerance:.0%}"
-    if counts_at_completion and r.server_output_tps and r.window_s:
+    if r.server_count_at_completion and r.server_output_tps and r.window_s:
         cohort = min(r.concurrency or 1, cap or r.concurrency or 1) * r.osl
         edge = 2 * cohort / (r.server_output_tps * r.window_s)
         if edge > tol:
@@ -48,11 +48,10 @@ def server_agreement(r: LevelResult, *, tolerance: float, counts_at_completion: 
     return tol + timing, why
 
 
-def check_server_count(r: LevelResult, *, where: str, tolerance: float, counts_at_completion: bool,
-                       cap: int | None) -> CountVerdict:
+def check_server_count(r: LevelResult, *, where: str, tolerance: float, cap: int | None) -> CountVerdict:
     if r.server_output_tps is None or r.server_ratio is None:
         return CountVerdict("not judged", None, tolerance, f"{where}: the server exposes no token counter")
-    tol, why = server_agreement(r, tolerance=tolerance, counts_at_completion=counts_at_completion, cap=cap)
+    tol, why = server_agreement(r, tolerance=tolerance, cap=cap)
     text = (f"{where} {r.name}: client {r.sustained_output_tps:,.1f} tok/s, server {r.server_output_tps:,.1f}"
             f" over the same window, ratio {r.server_ratio:.4f}, allowed {why}")
     if abs(r.server_ratio - 1) <= tol:

@@ -260,11 +260,22 @@ def _delta(samples: list[ServerSample], attr: str, window: tuple[float, float]) 
     return None if a is None or b is None else b - a
 
 
+def drafting(samples: list[ServerSample], window: tuple[float, float]) -> bool:
+    """Whether the server drafted (speculative decoding) in the window: it reported an acceptance length there.
+    Such a server's per-step counters count what each verify step accepted, also the tokens past a finished
+    request's max_tokens that it computed and dropped, so they are no count of the tokens it streamed, and its
+    busy slots per step cannot be had from them (docs/measurement.md, "Speculative decoding on a GPU")."""
+    return any((x.spec_accept_length or 0) > 0 for x in samples if window[0] <= x.time <= window[1])
+
+
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
-    """The server's own output rate over the window (counters interpolated at its edges) and gauge means."""
-    out = dict(server_output_tps=None, server_mean_running=None, server_max_running=None, server_mean_queued=None,
-               server_mean_token_usage=None, server_retractions=None, server_edges_uncertainty_s=None,
-               server_samples_in_window=None, server_running_source=None)
+    """The server's own output rate over the window (counters interpolated at its edges) and gauge means. The
+    per-token counters where the server has them and does not draft, else the one that counts a request's tokens
+    when it finishes (server_count_at_completion: the count check allows for the requests in flight at the edges)."""
+    out = dict(server_output_tps=None, server_count_at_completion=None, server_mean_running=None,
+               server_max_running=None, server_mean_queued=None, server_mean_token_usage=None,
+               server_retractions=None, server_edges_uncertainty_s=None, server_samples_in_window=None,
+               server_running_source=None)
     if not samples or window is None:
         return out
     s, e = window
@@ -272,11 +283,13 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
     def delta(attr: str) -> float | None:
         return _delta(samples, attr, window)
 
-    d_decode, d_first, d_out = delta("decode_tokens_total"), delta("first_tokens_total"), delta("output_tokens_total")
+    per_token = not drafting(samples, window)
+    d_decode, d_first = (delta("decode_tokens_total"), delta("first_tokens_total")) if per_token else (None, None)
+    d_out = delta("output_tokens_total")
     if d_decode is not None and d_first is not None:
-        out["server_output_tps"] = (d_decode + d_first) / (e - s)
+        out["server_output_tps"], out["server_count_at_completion"] = (d_decode + d_first) / (e - s), False
     elif d_out is not None:
-        out["server_output_tps"] = d_out / (e - s)
+        out["server_output_tps"], out["server_count_at_completion"] = d_out / (e - s), True
     if out["server_output_tps"] is not None:
         out["server_edges_uncertainty_s"] = _edge_uncertainty(samples, s) + _edge_uncertainty(samples, e)
     inside = [x for x in samples if s <= x.time <= e]
@@ -288,7 +301,7 @@ def server_view(samples: list[ServerSample], window: tuple[float, float] | None)
     running = [x.running for x in inside if x.running is not None]
     out["server_max_running"] = float(max(running)) if running else None
     out["server_running_source"] = "snapshots" if running else None
-    per_step = _running_per_step(samples, s, e, delta)
+    per_step = _running_per_step(samples, s, e, delta) if per_token else None
     if per_step is not None:
         out["server_mean_running"], out["server_max_running"] = per_step
         out["server_running_source"] = "per decode step"

@@ -156,7 +156,6 @@ class ConfigRun:
     def server_count(self, r) -> "count.CountVerdict":
         """The client's sustained tok/s against the server's own count over the same window."""
         return count.check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
-                                          counts_at_completion=self.engine.counts_at_completion,
                                           cap=self.ceiling.effective if self.ceiling else None)
 
     def noise(self, config: str, levels) -> dict[int, "Noise"]:
