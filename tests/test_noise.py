@@ -458,7 +458,7 @@ def test_the_h200_runs_of_2026_12_05_against_the_baseline_they_extended():
     def as_result(doc):
         return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
 
-    def settled(name):  # the host judged as the suite judged it live: by the mean of the run's level probes
+    def settled(name):  # the host as the suite judged it live then: by the mean of the run's level probes
         path = next(data.glob(name))
         run = load_run(path)
         probes = [x.host_cpu_speed for c in run.configs.values()

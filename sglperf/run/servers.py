@@ -96,12 +96,14 @@ class ConfigRun:
                                   probes=len(scores))
 
     def host_slower(self, bf) -> host_speed.SlowerHost | None:
-        """How much slower than on the baseline's runs this host's CPU probed before the levels measured so far
-        (their geometric mean: one host, one speed), where that lies below the baseline's band; None where it does
-        not, or where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: a host
-        probed a fifth slower reads GPU levels a few % low with nothing else named. One level's probe alone moves a
-        quarter within a healthy run: the mean over the levels decides."""
-        scores = self.suite.level_cpu_speeds
+        """How much slower than on the baseline's runs this host's CPU probed before this run's server starts (their
+        geometric mean: one host, one speed), where that lies below the baseline's band; None where it does not, or
+        where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: a host probed a
+        fifth slower reads GPU levels a few % low with nothing else named. Only probes taken as the baseline's were
+        (no server running) weigh: one taken beside a live server measures that server too (SGLang's scheduler
+        spins when idle: the probe before a level read 10 or 50-90 by turns, and a server slowed into more CPU work
+        would excuse its own drop); the level probes stay as evidence (docs/measurement.md)."""
+        scores = self.suite.host_speeds
         if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
             return None
         now, _ = host_speed.summarize(scores)

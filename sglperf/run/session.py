@@ -56,7 +56,6 @@ class Suite(Servers):
         # moves ±5% on a host with noisy neighbours, and a config whose lone probe fell just inside the band would be
         # judged while the one before was not.
         self.host_speeds: list[float] = []
-        self.level_cpu_speeds: list[float] = []  # the probe before each level measured (ConfigRun.host_slower)
         self.launch_s: dict[tuple[str, str], float] = {}  # how long each config's last server start took
         self.recorders: dict[str, RunRecorder] = {}
         self.runs: dict[tuple[str, str], ConfigRun] = {}
@@ -248,8 +247,8 @@ class Suite(Servers):
         done = sorted(lv for (p, c, lv) in self.measurements if (p, c) == key[:2] and lv < level)
         procs = resolve_client_procs(parse_client_procs(self.opts.client_procs) or 1, level,
                                      self.measurements[key[:2] + (done[-1],)].result if done else None)
-        # the CPU's speed just before a GPU server's level: it moves within a session (by a third, after a run its
-        # hypervisor stole from); a CPU server's host is judged by its starts' probes
+        # the CPU's speed just before a GPU server's level, beside the live server: evidence in the level's record
+        # and summary (both kinds of server are judged by the probes before their starts: ConfigRun.host_slower)
         cpu = (host_speed.probe().score if run.engine.host_cpu_matters and not self.opts.server_url
                and not fingerprint.cpu_class(run.hardware_class) else None)
         try:
@@ -262,7 +261,6 @@ class Suite(Servers):
             raise
         if cpu is not None:
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
-            self.level_cpu_speeds.append(cpu)
         meas.result = pin_checked(run, outputs_checked(run, meas, count_checked(run, meas.result)))
         start[level] = meas.result
         return meas
