@@ -347,14 +347,17 @@ class Engine:
             if need > r.pages:
                 self.used_pages += need - r.pages
                 r.pages = need
-            n = min(self._accepted(), r.max_new_tokens - r.output_len) if cfg.spec_draft_tokens else 1
+            # a verify step accepts what it accepts; the request keeps what its max_tokens leaves room for, and
+            # SGLang's per-step counters and acceptance gauge count the whole (docs/measurement.md)
+            accepted = self._accepted() if cfg.spec_draft_tokens else 1
+            n = min(accepted, r.max_new_tokens - r.output_len)
             r.output_len += n
-            tokens += n
+            tokens += accepted
             if cfg.spec_draft_tokens:
                 r.verify_ct += 1
                 r.accepted += n
                 self.stats.spec_verify += 1
-                self.stats.spec_accepted += n
+                self.stats.spec_accepted += accepted
             events.append(self._token_event(r))
         self.stats.decode_tokens += tokens
         self.stats.decode_steps += 1
