@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The recorded answers of SGLang drafting on a GPU (tests/data): one NGRAM server of gpu1-sglang-spec started from
+# the kit, its /metrics before and after 48 requests of 128 tokens, one streamed /generate, written to $OUT as they
+# come (a device call cut at its limit still returns them).
+#
+#   KIT=.kit/sglang-0.5.17-gpu-site.tar.xz JIT_CACHE=.kit/jit-cache-h100.tar.xz bash ci/capture-sglang-spec-answers.sh
+set -u
+OUT=${OUT:-reports/sglang-spec-answers}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+SITE=/tmp/kit; mkdir -p $SITE /tmp/jit && tar -xJf "${KIT:?KIT names the kit tarball}" -C $SITE
+[ -n "${JIT_CACHE:-}" ] && tar -xJf "$JIT_CACHE" -C /tmp/jit --strip-components=1 2>/dev/null
+export PYTHONPATH=$SITE/site:$PWD CUDA_HOME=/usr/local/cuda
+PATH=$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$CUDA_HOME/bin:$PATH
+export PATH TRITON_CACHE_DIR=/tmp/jit/triton TVM_FFI_CACHE_DIR=/tmp/jit/tvm-ffi FLASHINFER_WORKSPACE_BASE=/tmp/jit
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_VISIBLE_DEVICES=0
+el unpacked
+python3 - > /tmp/argv.txt <<'PY'
+import json, sys
+from sglperf.engines.sglang import gpu_model_dir
+from sglperf.engines.sglang_model import make_model
+from sglperf.run import profiles
+d = gpu_model_dir("llama")
+if not d.exists():
+    make_model(sys.executable, d, weights=False, kind="llama")
+p = profiles.load("gpu1-sglang-spec")
+argv = p.launch_argv("ngram", resolve=True)
+print("\n".join(argv[1:]))
+PY
+el "argv: $(tr '\n' ' ' < /tmp/argv.txt | cut -c1-120)"
+mapfile -t ARGS < /tmp/argv.txt
+setsid python3 "${ARGS[@]}" --host 127.0.0.1 --port 31000 > $OUT/server.log 2>&1 &
+PG=$!
+for i in $(seq 1 150); do curl -sf http://127.0.0.1:31000/health >/dev/null && break; sleep 0.5; done
+el "ready? $(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:31000/health)"
+curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-before.txt
+B='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":32,"temperature":0,"ignore_eos":true},"stream":true}'
+curl -sN -H 'Content-Type: application/json' -d "$B" http://127.0.0.1:31000/generate > $OUT/generate-stream-ngram.txt
+L='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":128,"temperature":0,"ignore_eos":true}}'
+for j in $(seq 1 3); do for k in $(seq 1 16); do curl -s -H 'Content-Type: application/json' -d "$L" http://127.0.0.1:31000/generate > /tmp/g$j-$k.json & done; wait; done
+python3 -c "import json,glob; x=[json.load(open(f))['meta_info'] for f in glob.glob('/tmp/g*.json')]; print(len(x), sum(m['completion_tokens'] for m in x), sum(m.get('spec_verify_ct',0) for m in x))" > $OUT/load-sums.txt
+sleep 1; curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-after.txt
+el "done: $(cat $OUT/load-sums.txt)"
+kill -TERM -- -$PG 2>/dev/null; sleep 3; kill -KILL -- -$PG 2>/dev/null
