@@ -30,6 +30,15 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def server_counts(samples: list[ServerSample], finished: bool) -> list[tuple[float, float]]:
+    """(time, the server's output tokens so far) from the counter the level's count came from
+    (LevelResult.server_count_at_completion: the finished requests' one while SGLang drafts, whose per-step counter
+    also counts the tokens it drops)."""
+    pts = [(s.time, s.output_tokens_total if finished or s.decode_tokens_total is None
+            else s.decode_tokens_total + (s.first_tokens_total or 0)) for s in samples]
+    return [(t, v) for t, v in pts if v is not None]
+
+
 def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r: LevelResult) -> bytes:
     t0 = min((x.send_time for x in records), default=0.0)
     times, tokens = token_arrivals(records)
@@ -38,13 +47,12 @@ def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r:
         edges = np.arange(0, np.ceil(times.max() - t0) + 1.0, 1.0)
         counts, _ = np.histogram(times - t0, bins=edges, weights=tokens)
         ax.step(edges[:-1], counts, where="post", label="client: output tok/s (1-s buckets)", color="tab:blue")
-    pts = [(s.time - t0, (s.decode_tokens_total or 0) + (s.first_tokens_total or 0)
-            if s.decode_tokens_total is not None else s.output_tokens_total) for s in samples]
-    pts = [(t, v) for t, v in pts if v is not None]
+    finished = bool(r.server_count_at_completion)
+    pts = [(t - t0, v) for t, v in server_counts(samples, finished)]
     if len(pts) > 2:
         ts, vs = np.array(pts).T
         ax.plot(ts[1:], np.diff(vs) / np.maximum(np.diff(ts), 1e-9), color="tab:orange", alpha=0.8,
-                label="server: output tok/s (from counters)")
+                label="server: output tok/s (" + ("finished requests' counter)" if finished else "from counters)"))
     if r.window_start is not None:
         ax.axvspan(r.window_start - t0, r.window_end - t0, color="tab:green", alpha=0.15,
                    label=f"steady-state window ({r.window_s:.1f} s)")
