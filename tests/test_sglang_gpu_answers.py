@@ -23,7 +23,6 @@ from sglperf.measure.wire import NATIVE
 from sglperf.run import profiles
 from sglperf.store import baselines
 from sglperf.records import ServerSample
-from sglperf.report.plots import server_counts
 from sglperf.store.rundoc import load_run
 
 DATA = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17"
@@ -274,6 +273,6 @@ def test_real_sglang_drafting_is_not_counted_by_its_per_step_counters():
         assert view["server_output_tps"] is None and view["server_count_at_completion"] is None
         assert not doc.valid and "disagree on how many tokens were streamed" in doc.invalid_reasons[0]
         assert doc.acceptance_length == pytest.approx(6.5, abs=0.05)
-        assert server_counts(samples, finished=True) == [], "the report's server line: no finished-requests counter"
-        assert len(server_counts(samples, finished=False)) == len(samples)
+        assert metrics.server_counts(samples, at_completion=True) == [], "no finished-requests counter to draw"
+        assert len(metrics.server_counts(samples, at_completion=False)) == len(samples)
         assert doc.server_accept_length / doc.acceptance_length == pytest.approx(1.02, abs=0.01)

@@ -268,6 +268,15 @@ def drafting(samples: list[ServerSample], window: tuple[float, float]) -> bool:
     return any((x.spec_accept_length or 0) > 0 for x in samples if window[0] <= x.time <= window[1])
 
 
+def server_counts(samples: list[ServerSample], at_completion: bool) -> list[tuple[float, float]]:
+    """(time, the server's output tokens so far) per sample, from the counter a level's count came from
+    (server_view's server_count_at_completion): the per-token ones (decode + first tokens), or the one that counts
+    a request's tokens when it finishes."""
+    pts = [(s.time, s.output_tokens_total if at_completion or s.decode_tokens_total is None
+            else s.decode_tokens_total + (s.first_tokens_total or 0)) for s in samples]
+    return [(t, v) for t, v in pts if v is not None]
+
+
 def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
     """The server's own output rate over the window (counters interpolated at its edges) and gauge means. The
     per-token counters where the server has them and does not draft, else the one that counts a request's tokens

@@ -19,7 +19,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..measure.metrics import token_arrivals  # noqa: E402
+from ..measure.metrics import server_counts, token_arrivals  # noqa: E402
 from ..records import GpuSample, HostSample, LevelResult, RequestRecord, ServerSample  # noqa: E402
 
 
@@ -28,15 +28,6 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
-
-
-def server_counts(samples: list[ServerSample], finished: bool) -> list[tuple[float, float]]:
-    """(time, the server's output tokens so far) from the counter the level's count came from
-    (LevelResult.server_count_at_completion: the finished requests' one while SGLang drafts, whose per-step counter
-    also counts the tokens it drops)."""
-    pts = [(s.time, s.output_tokens_total if finished or s.decode_tokens_total is None
-            else s.decode_tokens_total + (s.first_tokens_total or 0)) for s in samples]
-    return [(t, v) for t, v in pts if v is not None]
 
 
 def level_timeline(records: list[RequestRecord], samples: list[ServerSample], r: LevelResult) -> bytes:

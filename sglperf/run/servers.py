@@ -100,9 +100,9 @@ class ConfigRun:
         geometric mean: one host, one speed), where that lies below the baseline's band; None where it does not, or
         where nothing says. A server on a GPU still schedules, tokenizes and serves HTTP on the CPU: a host probed a
         fifth slower reads GPU levels a few % low with nothing else named. Only probes taken as the baseline's were
-        (no server running) weigh: one taken beside a live server measures that server too (SGLang's scheduler
-        spins when idle: the probe before a level read 10 or 50-90 by turns, and a server slowed into more CPU work
-        would excuse its own drop); the level probes stay as evidence (docs/measurement.md)."""
+        (no server running) weigh: one taken beside a live server measures that server too (an idle scheduler that
+        spins makes it bimodal, and a server slowed into more CPU work would excuse its own drop); the level probes
+        stay as evidence (docs/measurement.md, "A GPU server's share of the host's CPU")."""
         scores = self.suite.host_speeds
         if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
             return None
