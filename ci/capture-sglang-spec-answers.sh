@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The recorded answers of SGLang drafting on a GPU (tests/data): one NGRAM server of gpu1-sglang-spec started from
-# the kit, its /metrics before and after 48 requests of 128 tokens, one streamed /generate, written to $OUT as they
+# the kit, its /server_info, its /metrics before and after 48 requests of 128 tokens, one streamed /generate, written to $OUT as they
 # come (a device call cut at its limit still returns them).
 #
 #   KIT=.kit/sglang-0.5.17-gpu-site.tar.xz JIT_CACHE=.kit/jit-cache-h100.tar.xz bash ci/capture-sglang-spec-answers.sh
@@ -8,11 +8,15 @@ set -u
 OUT=${OUT:-reports/sglang-spec-answers}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
-SITE=/tmp/kit; mkdir -p $SITE /tmp/jit && tar -xJf "${KIT:?KIT names the kit tarball}" -C $SITE
-[ -n "${JIT_CACHE:-}" ] && tar -xJf "$JIT_CACHE" -C /tmp/jit --strip-components=1 2>/dev/null
+# the kit and JIT caches ci/gpu-proof-sglang.sh left on this host are reused (a call right after it skips the unpack)
+SITE=${SGLPERF_KIT_DIR:-/tmp/sglperf-sglang-kit}; JIT=${JIT_DIR:-/tmp/sglang-jit}; mkdir -p "$SITE" "$JIT"
+if [ ! -f "$SITE/.unpacked" ]; then
+  tar -xJf "${KIT:?KIT names the kit tarball}" -C "$SITE" && touch "$SITE/.unpacked"
+fi
+[ -n "${JIT_CACHE:-}" ] && [ -z "$(ls -A "$JIT")" ] && tar -xJf "$JIT_CACHE" -C "$JIT" --strip-components=1 2>/dev/null
 export PYTHONPATH=$SITE/site:$PWD CUDA_HOME=/usr/local/cuda
 PATH=$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$CUDA_HOME/bin:$PATH
-export PATH TRITON_CACHE_DIR=/tmp/jit/triton TVM_FFI_CACHE_DIR=/tmp/jit/tvm-ffi FLASHINFER_WORKSPACE_BASE=/tmp/jit
+export PATH TRITON_CACHE_DIR=$JIT/triton TVM_FFI_CACHE_DIR=$JIT/tvm-ffi FLASHINFER_WORKSPACE_BASE=$JIT
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_VISIBLE_DEVICES=0
 el unpacked
 python3 - > /tmp/argv.txt <<'PY'
@@ -34,6 +38,7 @@ PG=$!
 for i in $(seq 1 150); do curl -sf http://127.0.0.1:31000/health >/dev/null && break; sleep 0.5; done
 el "ready? $(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:31000/health)"
 curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-before.txt
+curl -s http://127.0.0.1:31000/server_info > $OUT/server-info-ngram.json
 B='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":32,"temperature":0,"ignore_eos":true},"stream":true}'
 curl -sN -H 'Content-Type: application/json' -d "$B" http://127.0.0.1:31000/generate > $OUT/generate-stream-ngram.txt
 L='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":128,"temperature":0,"ignore_eos":true}}'
