@@ -33,17 +33,31 @@ print("\n".join(argv[1:]))
 PY
 el "argv: $(tr '\n' ' ' < /tmp/argv.txt | cut -c1-120)"
 mapfile -t ARGS < /tmp/argv.txt
+if curl -s -o /dev/null -m 5 http://127.0.0.1:31000/health; then
+  el "port 31000 already answers: that server's answers would be recorded as this one's; end it first"; exit 5
+fi
 setsid python3 "${ARGS[@]}" --host 127.0.0.1 --port 31000 > $OUT/server.log 2>&1 &
 PG=$!
-for i in $(seq 1 150); do curl -sf http://127.0.0.1:31000/health >/dev/null && break; sleep 0.5; done
+# the server's process group ends with this script, however it ends (a device call's time limit included)
+trap 'kill -TERM -- -$PG 2>/dev/null; sleep 3; kill -KILL -- -$PG 2>/dev/null' EXIT
+trap 'exit 143' TERM INT
+for i in $(seq 1 150); do
+  kill -0 $PG 2>/dev/null || { el "the server exited while starting: $OUT/server.log"; exit 6; }
+  curl -sf http://127.0.0.1:31000/health >/dev/null && break; sleep 0.5
+done
 el "ready? $(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:31000/health)"
 curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-before.txt
 curl -s http://127.0.0.1:31000/server_info > $OUT/server-info-ngram.json
 B='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":32,"temperature":0,"ignore_eos":true},"stream":true}'
 curl -sN -H 'Content-Type: application/json' -d "$B" http://127.0.0.1:31000/generate > $OUT/generate-stream-ngram.txt
 L='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":128,"temperature":0,"ignore_eos":true}}'
-for j in $(seq 1 3); do for k in $(seq 1 16); do curl -s -H 'Content-Type: application/json' -d "$L" http://127.0.0.1:31000/generate > /tmp/g$j-$k.json & done; wait; done
+# a wave's own curls are waited for, never the server (a bare `wait` waits for every job of the script)
+for j in $(seq 1 3); do
+  PIDS=(); for k in $(seq 1 16); do
+    curl -s -m 120 -H 'Content-Type: application/json' -d "$L" http://127.0.0.1:31000/generate > /tmp/g$j-$k.json &
+    PIDS+=($!)
+  done; wait "${PIDS[@]}"
+done
 python3 -c "import json,glob; x=[json.load(open(f))['meta_info'] for f in glob.glob('/tmp/g*.json')]; print(len(x), sum(m['completion_tokens'] for m in x), sum(m.get('spec_verify_ct',0) for m in x))" > $OUT/load-sums.txt
 sleep 1; curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-after.txt
 el "done: $(cat $OUT/load-sums.txt)"
-kill -TERM -- -$PG 2>/dev/null; sleep 3; kill -KILL -- -$PG 2>/dev/null
