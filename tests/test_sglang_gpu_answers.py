@@ -383,3 +383,13 @@ def test_sglangs_drafting_answers_count_what_it_streamed_only_in_its_finished_re
     info = json.loads((answers / "server-info-ngram.json").read_text())
     assert (info["version"], info["speculative_algorithm"], info["speculative_num_draft_tokens"]) == ("0.5.17", "NGRAM",
                                                                                                    8)
+
+
+def test_the_canary_reads_the_same_words_on_every_start_and_config_and_while_sglang_drafts():
+    """Greedy output is the model's, not the scheduler's: the canary's tokens on this host start are the same in both
+    judged runs, both configs of the whole profile, and the NGRAM server (whose verify steps accept the draft only
+    where it is the greedy token)."""
+    canaries = {(path.name, cname): c.canary for path in sorted(THIRD.glob("*.json"))
+                for cname, c in load_run(path).configs.items()}
+    assert len(canaries) == 5 and all(c.outcome == "pass" for c in canaries.values())
+    assert len({json.dumps([o["output_ids"] for o in c.outputs]) for c in canaries.values()}) == 1
