@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recorded answers of SGLang drafting on a GPU (tests/data): one NGRAM server of gpu1-sglang-spec started from
-# the kit, its /server_info, its /metrics before and after 48 requests of 128 tokens, one streamed /generate, written to $OUT as they
-# come (a device call cut at its limit still returns them).
+# the kit, its /server_info, its /metrics before and after one streamed /generate and 48 requests of 128 tokens,
+# written to $OUT as they come (a device call cut at its limit still returns them).
 #
 #   KIT=.kit/sglang-0.5.17-gpu-site.tar.xz JIT_CACHE=.kit/jit-cache-h100.tar.xz bash ci/capture-sglang-spec-answers.sh
 set -u
@@ -52,12 +52,17 @@ B='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":32,"tem
 curl -sN -H 'Content-Type: application/json' -d "$B" http://127.0.0.1:31000/generate > $OUT/generate-stream-ngram.txt
 L='{"input_ids":[5,6,7,8,9,10,11,12],"sampling_params":{"max_new_tokens":128,"temperature":0,"ignore_eos":true}}'
 # a wave's own curls are waited for, never the server (a bare `wait` waits for every job of the script)
+REQ=$(mktemp -d)  # the requests' answers, this run's only
 for j in $(seq 1 3); do
   PIDS=(); for k in $(seq 1 16); do
-    curl -s -m 120 -H 'Content-Type: application/json' -d "$L" http://127.0.0.1:31000/generate > /tmp/g$j-$k.json &
+    curl -s -m 120 -H 'Content-Type: application/json' -d "$L" http://127.0.0.1:31000/generate > $REQ/g$j-$k.json &
     PIDS+=($!)
   done; wait "${PIDS[@]}"
 done
-python3 -c "import json,glob; x=[json.load(open(f))['meta_info'] for f in glob.glob('/tmp/g*.json')]; print(len(x), sum(m['completion_tokens'] for m in x), sum(m.get('spec_verify_ct',0) for m in x))" > $OUT/load-sums.txt
+python3 - "$REQ" > $OUT/load-sums.txt <<'PY'
+import json, pathlib, sys
+x = [json.loads(f.read_text())["meta_info"] for f in pathlib.Path(sys.argv[1]).glob("g*.json")]
+print(len(x), sum(m["completion_tokens"] for m in x), sum(m.get("spec_verify_ct", 0) for m in x))
+PY
 sleep 1; curl -s http://127.0.0.1:31000/metrics > $OUT/metrics-ngram-after.txt
 el "done: $(cat $OUT/load-sums.txt)"
