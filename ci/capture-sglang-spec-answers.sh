@@ -9,17 +9,12 @@ OUT=${OUT:-reports/sglang-spec-answers}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 T0=$(date +%s); el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 # the kit and JIT caches ci/gpu-proof-sglang.sh left on this host are reused (a call right after it skips the unpack)
-SITE=${SGLPERF_KIT_DIR:-/tmp/sglperf-sglang-kit}; JIT=${JIT_DIR:-/tmp/sglang-jit}; mkdir -p "$SITE" "$JIT"
-if [ ! -f "$SITE/.unpacked" ]; then
-  tar -xJf "${KIT:?KIT names the kit tarball}" -C "$SITE" && touch "$SITE/.unpacked"
-fi
-[ -n "${JIT_CACHE:-}" ] && [ -z "$(ls -A "$JIT")" ] && tar -xJf "$JIT_CACHE" -C "$JIT" --strip-components=1 2>/dev/null
-export PYTHONPATH=$SITE/site:$PWD CUDA_HOME=/usr/local/cuda
-PATH=$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$CUDA_HOME/bin:$PATH
-export PATH TRITON_CACHE_DIR=$JIT/triton TVM_FFI_CACHE_DIR=$JIT/tvm-ffi FLASHINFER_WORKSPACE_BASE=$JIT
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUDA_VISIBLE_DEVICES=0
+. "$(dirname "$0")/sglang-kit-env.sh"
+sglang_kit_env "${SGLPERF_KIT_DIR:-/tmp/sglperf-sglang-kit}" "${JIT_DIR:-/tmp/sglang-jit}" el || exit 3
+export CUDA_VISIBLE_DEVICES=0
 el unpacked
-python3 - > /tmp/argv.txt <<'PY'
+ARGV=$(mktemp)
+python3 - > "$ARGV" <<'PY'
 import json, sys
 from sglperf.engines.sglang import gpu_model_dir
 from sglperf.engines.sglang_model import make_model
@@ -31,8 +26,8 @@ p = profiles.load("gpu1-sglang-spec")
 argv = p.launch_argv("ngram", resolve=True)
 print("\n".join(argv[1:]))
 PY
-el "argv: $(tr '\n' ' ' < /tmp/argv.txt | cut -c1-120)"
-mapfile -t ARGS < /tmp/argv.txt
+el "argv: $(tr '\n' ' ' < "$ARGV" | cut -c1-120)"
+mapfile -t ARGS < "$ARGV"
 if curl -s -o /dev/null -m 5 http://127.0.0.1:31000/health; then
   el "port 31000 already answers: that server's answers would be recorded as this one's; end it first"; exit 5
 fi

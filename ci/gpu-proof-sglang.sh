@@ -18,22 +18,8 @@ JIT=${JIT_DIR:-$PROOF/jit}
 mkdir -p "$PROOF" "$JIT"
 log() { echo "[gpu-proof-sglang $(date +%T)] $*"; }
 
-if [ ! -f "$SITE/.unpacked" ]; then
-  t=$(date +%s)
-  mkdir -p "$SITE" && tar -xJf "${KIT:?KIT names the kit tarball}" -C "$SITE" || { log "unpacking $KIT failed"; exit 3; }
-  touch "$SITE/.unpacked"
-  log "kit unpacked in $(( $(date +%s) - t )) s"
-fi
-if [ -n "${JIT_CACHE:-}" ] && [ -z "$(ls -A "$JIT")" ]; then
-  tar -xJf "$JIT_CACHE" -C "$JIT" --strip-components=1 && log "JIT caches restored from $JIT_CACHE"
-fi
-# the kit first (its transformers and tokenizers override the host's), then the checkout: nothing is installed
-export PYTHONPATH=$SITE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-PATH=$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$CUDA_HOME/bin:$PATH  # ninja and nvcc for the JIT
-export PATH TRITON_CACHE_DIR=$JIT/triton TVM_FFI_CACHE_DIR=$JIT/tvm-ffi FLASHINFER_WORKSPACE_BASE=$JIT
-# NVLink multicast stays off on shared hosts, in every process the suite starts too
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. ci/sglang-kit-env.sh
+sglang_kit_env "$SITE" "$JIT" log || exit 3
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit,ecc.mode.current,mig.mode.current \
   --format=csv,noheader | tee "$PROOF/nvidia-smi.txt"
