@@ -22,7 +22,7 @@ def test_sustained_throughput_floor(perf_config, level, benchmark, request):
             report.label_level(run.profile.name, run.name, level, f"{level_name(level)}: sustained throughput floor")
             report.measured_parameters(m.result)
             report.attach_level(m)
-        settle(decide(Floor(level), run))
+        settle(decide(Floor(level), run), attach="floor", request=request)
 
 
 def test_latency_ceilings(perf_config, level, perf_level, request):

@@ -36,6 +36,10 @@ class Category(Enum):
         return text if text.startswith(self.prefix + ":") else f"{self.prefix}: {text}"
 
 
+# News, not a failure: a level whose whole interval lies above its baseline by more than the tolerance (the baseline
+# is stale, or the stack or the workload changed). Shown in the summary, the report and the history; never fails.
+FASTER = "FASTER THAN BASELINE"
+
 REGRESSION, LATENCY, PLATEAU, PREFIX_CACHE, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED, WRONG = (
     c.prefix for c in Category)
 

@@ -58,7 +58,7 @@ def test_its_stream_is_counted_from_meta_info_and_ends_with_its_finish():
 
 def test_the_recorded_suite_run_is_judged_again_by_the_suites_own_loop():
     run = load_run(DATA / "suite-run-rr64.json")
-    ev = RecordedConfig(run, "rr64", None, profiles.load("gpu1-sglang"), source="none")
+    ev = RecordedConfig(run, "rr64", None, profiles.load("gpu1-sglang-tiny"), source="none")
     assert run.configs["rr64"].server.flag_check["source"] == "the installed sglang 0.5.17's parser"
     assert run.configs["rr64"].server.flag_check["problems"] == []
     for lv in (32, 64):
@@ -97,7 +97,7 @@ def test_real_sglang_on_an_h200_started_by_the_suite_is_judged_again_by_the_suit
     teardown graceful. rr16's plateau, its levels at +/-8-13% over 20 s, is undecided and attributed to the cap from
     SGLang's running count (16 at c32, c64, c96): never violated."""
     run = load_run(DATA.parent / "h200-sglang-0.5.17" / "suite-run-cut.json")
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     assert run.hardware_class == "1 x NVIDIA H200"
     for cname, (kv, cap, binding) in {"rr16": (48, 16, "cap"), "rr64": (48, 64, "kv")}.items():
         ev = RecordedConfig(run, cname, None, prof, source="none")
@@ -119,7 +119,7 @@ def test_real_sglangs_kv_plateau_is_attributed_to_the_pool_though_it_admits_past
     pool fills: on the H100 rr64 ran a mean of 43-45 requests and up to 53-57 against a pool of 48. The live run
     called that VIOLATED ("not near the predicted ceiling 48", read from the maximum); the same levels, judged by the
     suite's loop now, are the KV pool's plateau: undecided by their intervals after a fresh start, never violated."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     run = load_run(SUITE / "suite-run-rr64.json")
     assert run.configs["rr64"].plateau.outcome == "violated", "what the live run said, before the fix"
     ev = RecordedConfig(run, "rr64", None, prof, source="none")
@@ -134,7 +134,7 @@ def test_real_sglang_on_an_h100_judged_plateau_on_each_ceiling_and_the_ab_gain_p
     """Both configs in one session (cut by its device call while rr64's plateau was measured again): rr16 plateaus on
     its cap (running 16.0 at c32, c64, c96), rr64 on the KV pool, and rr64 gains on rr16 past rr16's cap, by the
     suite's own loops over the recorded levels."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     run = load_run(SUITE / "suite-run-both-cut.json")
     assert run.hardware_class == "1 x NVIDIA H100 80GB HBM3"
     for cname, ceiling in {"rr16": "cap", "rr64": "kv"}.items():
@@ -148,7 +148,7 @@ def test_real_sglang_on_an_h100_judged_plateau_on_each_ceiling_and_the_ab_gain_p
         for lv in ev.levels:
             assert decide(ServerCount(lv), ev).kind == "pass", (cname, lv)
     session = RecordedRun(run, None, prof, source="none")
-    ab = decide(AB("gpu1-sglang"), session)
+    ab = decide(AB("gpu1-sglang-tiny"), session)
     assert ab.kind == "pass", ab.message
     gains = session.recorded["ab"].gains
     assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains
@@ -174,11 +174,11 @@ def test_the_tiny_glm_moe_is_glm_4_5_shaped_for_tp8_and_real_sglang_loads_it(tmp
     prof = profiles.load("gpu8-sglang-glm-moe")
     argv = prof.launch_argv("rr16", resolve=False)
     assert argv[argv.index("--tp-size") + 1] == "8"
-    assert sglang.gpu_model_dir("glm4_moe").name == "sglang-gpu-model-glm4_moe-256x3-dummy"
+    assert sglang.gpu_model_dir("glm-moe-tiny").name == "sglang-gpu-model-glm4_moe-256x3-dummy"
 
 
 BASELINE_RUNS = DATA.parent / "h100-sglang-0.5.17-baseline"
-H100_BASELINE = Path(__file__).parents[1] / "baselines" / "gpu1-sglang" / "1-x-nvidia-h100-80gb-hbm3.json"
+H100_BASELINE = Path(__file__).parents[1] / "baselines" / "gpu1-sglang-tiny" / "1-x-nvidia-h100-80gb-hbm3.json"
 
 
 NEXT_HOST = DATA.parent / "h100-sglang-0.5.17-2026-12-06"
@@ -210,7 +210,7 @@ def test_h100_runs_of_two_host_starts_and_an_earlier_one_are_judged_against_the_
     own 30-s interval was +/-31-54% (the scheduler's speed drifting inside the window) are INCONCLUSIVE, their
     intervals straddling the floor. The live run 2 of the first four left rr16's plateau undecided after its second
     start (attributed to the cap), never violated."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     bf = baselines.load(H100_BASELINE)
     kinds = []
     paths = [*sorted(BASELINE_RUNS.glob("*.json")), SUITE / "suite-run-both-cut.json",
@@ -234,7 +234,7 @@ def test_real_sglang_with_cuda_graphs_off_fails_throughput_regression_naming_the
     the probes beside the live server averaged 66.8 (20% under the baseline's 83.3, its band 19%) and c64 missed its
     floor by 17.6%, within that share. The probe before the server started read 74.0, inside the band: judged by the
     probes taken as the baseline's were, the host is not slower and c64 is the regression it is."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     bf = baselines.load(H100_BASELINE)
     run = load_run(NEXT_HOST / "slowed-nograph-20261206-153308-7f5434.json")
     for lv, drop in ((32, "-41.9%"), (64, "-49.0%")):
@@ -287,7 +287,7 @@ def test_a_third_h100_host_start_judges_two_runs_green_with_the_plateau_on_the_c
     pass (this host read 10,463-11,340 tok/s, above the baseline's 8,418-8,579), the plateau passes on the cap
     (SGLang's running count 15.5-16.0 at both levels), the client's count within 0.5% of the server's. The suite's
     loop over the recorded levels says the same."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     bf = baselines.load(H100_BASELINE)
     for path in sorted(THIRD.glob("judged-*.json")):
         run = load_run(path)
@@ -309,7 +309,7 @@ def test_the_whole_profile_on_real_sglang_passes_both_plateaus_and_the_ab_gain_w
     """`pytest perf_tests -m gpu1 --profile gpu1-sglang`, both configs at c32, c64, c96 (19 passed live): rr16
     plateaus on its cap, rr64 on the KV pool (running 46.6-47.6 against a pool of 48, token usage 0.70-0.73), and
     rr64 gains +55% to +80% on rr16 past rr16's cap, each gain's lower bound far above the 15% margin."""
-    prof = profiles.load("gpu1-sglang")
+    prof = profiles.load("gpu1-sglang-tiny")
     bf = baselines.load(H100_BASELINE)
     run = load_run(THIRD / "both-configs-20261206-192842-7b76f4.json")
     for cname, ceiling in {"rr16": "cap", "rr64": "kv"}.items():
@@ -324,7 +324,7 @@ def test_the_whole_profile_on_real_sglang_passes_both_plateaus_and_the_ab_gain_w
     for lv in (32, 64):
         assert decide(Floor(lv), RecordedConfig(run, "rr16", bf, prof, source="b")).kind == "pass"
     session = RecordedRun(run, bf, prof, source=str(H100_BASELINE.name))
-    ab = decide(AB("gpu1-sglang"), session)
+    ab = decide(AB("gpu1-sglang-tiny"), session)
     assert ab.kind == "pass", ab.message
     gains = session.recorded["ab"].gains
     assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains

@@ -49,3 +49,5 @@ class Evidence(Protocol):
     def server_count(self, r) -> Any: ...  # judge/count.CountVerdict
 
     def record_plateau(self, doc) -> None: ...  # the plateau's verdict into the run file
+
+    def record_faster(self, level: int, text: str) -> None: ...  # a level faster than its baseline: news

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..environment import fingerprint
-from ..judge.floor import check_floor
+from ..judge.floor import check_floor, faster
 from ..judge.latency import check_ceiling, over_starts, verdict_over_starts
 from ..judge.starts import another_start
 from .outcome import Outcome
@@ -116,8 +116,12 @@ class Floor:
             if failure:
                 return Outcome.fail(failure, shown)
         where = f"{ev.where} {level_name(level)}"
-        return settle_over_starts(verdicts, [x.result for x in starts], where=where, against="floor",
-                                  note=ev.replicate_note(level), slow_host=ev.host_slower(bf)).showing(shown)
+        out = settle_over_starts(verdicts, [x.result for x in starts], where=where, against="floor",
+                                 note=ev.replicate_note(level), slow_host=ev.host_slower(bf))
+        news = [n for n in (faster(v, where) for v in verdicts) if n] if out.kind == "pass" else []
+        for n in news:
+            ev.record_faster(level, n)
+        return out.showing(shown + news)
 
 
 def saturated(verdicts: list, results: list) -> list:

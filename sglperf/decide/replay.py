@@ -30,6 +30,31 @@ def as_result(doc) -> LevelResult:
     return LevelResult(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(LevelResult)})
 
 
+# Between two levels of one server start lie a flush and a warm-up (seconds); a restart of a real engine takes a
+# minute or more. Files written before each level kept its server start have it inferred from that gap.
+RESTART_GAP_S = 45.0
+
+
+def server_starts(doc) -> dict[int, dict[str, object]]:
+    """A stored config's level docs by the server start that measured them: {start: {level: doc}}. From each doc's
+    `server_start`, else inferred in time order: a new start where a level comes again, or after a gap longer than
+    RESTART_GAP_S between one level's window end and the next one's start."""
+    docs = [(k, d) for k, d in doc.levels.items()] + [(k, d) for k, ds in doc.replicates.items() for d in ds]
+    if all(d.server_start is not None for _, d in docs):
+        out: dict[int, dict[str, object]] = {}
+        for k, d in docs:
+            out.setdefault(d.server_start, {})[k] = d
+        return out
+    out, n, end = {1: {}}, 1, None
+    for k, d in sorted(docs, key=lambda kd: kd[1].window_start or 0.0):
+        gap = (d.window_start - end) if end is not None and d.window_start is not None else 0.0
+        if k in out[n] or gap > RESTART_GAP_S:
+            n += 1
+            out[n] = {}
+        out[n][k], end = d, d.window_end
+    return out
+
+
 class RecordedConfig:
     """Config `name` of the stored `run`, judged against `bf` (named `source` in messages). `profile`: the run's
     profile (its measurement section's starts, margins and agreement). `where`: how messages name the config
@@ -69,13 +94,15 @@ class RecordedConfig:
         return None
 
     def replicate_levels(self, levels, why: str):
-        """The next start that measured all of `levels` together, as the run recorded it (a plateau measured again
-        on a fresh start), or None where it recorded none."""
-        docs = [self.doc.replicates.get(str(lv), []) for lv in levels]
-        if not all(len(d) >= self.starts for d in docs):
-            return None
-        self.starts += 1
-        return {lv: Start(as_result(self.restate(d[self.starts - 2]))) for lv, d in zip(levels, docs)}
+        """The next server start after this one that measured all of `levels` together, as the run recorded it (a
+        plateau measured again on a fresh start), or None where it recorded none: the starts between (a floor's
+        re-measure of one level) were spent as they were live."""
+        by_start = server_starts(self.doc)
+        for n in sorted(s for s in by_start if s > self.starts):
+            if all(str(lv) in by_start[n] for lv in levels):
+                self.starts = n
+                return {lv: Start(as_result(self.restate(by_start[n][str(lv)]))) for lv in levels}
+        return None
 
     def replicate_note(self, level: int) -> str:
         return ""
@@ -119,6 +146,9 @@ class RecordedConfig:
 
     def record_plateau(self, doc) -> None:
         self.recorded["plateau"] = doc
+
+    def record_faster(self, level: int, text: str) -> None:
+        self.recorded.setdefault("faster", {})[level] = text
 
 
 class RecordedRun:

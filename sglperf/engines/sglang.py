@@ -14,19 +14,21 @@ from pathlib import Path
 from ..fileio import cache_dir
 from ..records import Ceiling, ServerSample
 from .base import Engine, FlagCheck, Series, server_count
-from .sglang_model import GLM_MOE, MODEL, make_model
+from .sglang_model import SHAPES, make_model
 
 VENDORED_FLAGS = Path(__file__).resolve().parent.parent / "data" / "sglang-0.5.23-flags.txt"
 
 
-def gpu_model_dir(kind: str = "llama") -> Path:
-    """A tiny model's config and tokenizer for SGLang on a GPU (its weights are SGLang's dummy ones): the Llama, or
-    the GLM-shaped MoE (`kind` "glm4_moe")."""
-    shape = GLM_MOE if kind == "glm4_moe" else MODEL
+def gpu_model_dir(name: str = "llama-tiny") -> Path:
+    """The config and tokenizer of the model shape `name` (sglang_model.SHAPES) for SGLang on a GPU (its weights are
+    SGLang's dummy ones); the directory names the shape, so a changed shape is made anew."""
+    kind, shape = SHAPES[name]
     return cache_dir() / f"sglang-gpu-model-{kind}-{shape['hidden_size']}x{shape['num_hidden_layers']}-dummy"
 
 
-GPU_MODELS = {"{sglang_gpu_model}": "llama", "{sglang_gpu_glm_moe_model}": "glm4_moe"}
+# a profile's model placeholder -> the shape it names
+GPU_MODELS = {"{sglang_gpu_model}": "llama-tiny", "{sglang_gpu_glm_moe_model}": "glm-moe-tiny",
+              "{sglang_gpu_glm_moe_wide_model}": "glm-moe-wide", "{sglang_gpu_llama8b_model}": "llama-8b"}
 
 
 def vendored_flags() -> set[str]:
@@ -134,9 +136,10 @@ class SGLang(Engine):
             from . import sglang_cpu
 
             sglang_cpu.prepare()
-        for placeholder, kind in GPU_MODELS.items():
-            if placeholder in argv and not (gpu_model_dir(kind) / "config.json").exists():
-                make_model(sys.executable, gpu_model_dir(kind), weights=False, kind=kind)
+        for placeholder, name in GPU_MODELS.items():
+            if placeholder in argv and not (gpu_model_dir(name) / "config.json").exists():
+                kind, shape = SHAPES[name]
+                make_model(sys.executable, gpu_model_dir(name), weights=False, kind=kind, shape=shape)
 
     def resolve(self, part: str) -> str:
         from . import sglang_cpu

@@ -1,8 +1,10 @@
-"""The tiny deterministic models that real SGLang serves in the suite's own runs, with a word-level tokenizer of
-32,000 words (one word, one token), made from a seed: a Llama (2 layers, hidden 256) and a GLM-shaped MoE (GLM-4.5's
-Glm4MoeForCausalLM, the newest GLM MoE SGLang 0.5.17 serves: GLM-5's own architecture came later) whose heads and
-experts divide by eight, for tensor parallelism 8. On the CPU the Llama carries random weights; on a GPU host SGLang
-makes its own (`--load-format dummy`), so only the config and the tokenizer are written.
+"""The deterministic models that real SGLang serves in the suite's own runs, with a word-level tokenizer of 32,000
+words (one word, one token), made from a seed. Tiny ones, whose speed is SGLang's host-side Python: a Llama (2
+layers, hidden 256) and a GLM-shaped MoE in small (GLM-4.5's Glm4MoeForCausalLM) whose heads and experts divide by
+eight, for tensor parallelism 8. GPU-sized ones, whose decode step is GPU time (docs/gpu-proof.md): a GLM MoE at
+GLM's real width (GLM-4.5-Air's layer: hidden 4096, 128 routed experts, top 8, one shared expert) cut to 12 layers
+so it fits one 80 GB GPU, and a dense 8B-Llama. On the CPU the tiny Llama carries random weights; on a GPU host
+SGLang makes its own (`--load-format dummy`), so only the config and the tokenizer are written.
 
 Why made, not downloaded: the machines that run it reach no model hub, and a model made from a seed by pinned
 packages is the same everywhere."""
@@ -27,6 +29,21 @@ GLM_MOE = dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=8, num_
                n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, norm_topk_prob=True,
                routed_scaling_factor=1.0, use_qk_norm=False, attention_bias=True, partial_rotary_factor=0.5,
                max_position_embeddings=2048, tie_word_embeddings=False)
+# GLM-4.5-Air's layer at its real width (its fused-MoE kernels are the ones a GLM deployment runs: E=128, N=1408,
+# top 8), 12 layers (a dense first one, 11 MoE): about 53 GB of bf16 weights, so it fits an 80 GB GPU beside a
+# 12,288-token pool. A decode step then streams nearly every expert: GPU time, not the scheduler's.
+GLM_MOE_WIDE = dict(hidden_size=4096, num_hidden_layers=12, num_attention_heads=96, num_key_value_heads=8,
+                    head_dim=128, intermediate_size=10944, moe_intermediate_size=1408, n_routed_experts=128,
+                    num_experts_per_tok=8, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+                    norm_topk_prob=True, routed_scaling_factor=1.0, use_qk_norm=False, attention_bias=True,
+                    partial_rotary_factor=0.5, rope_theta=1000000.0, max_position_embeddings=4096,
+                    tie_word_embeddings=False)
+# Llama-3-8B's shape (the well-known dense reference): 32 layers, 32 query / 8 KV heads, FFN 14,336.
+LLAMA_8B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                intermediate_size=14336, max_position_embeddings=4096, rope_theta=500000.0)
+# name -> (architecture kind, shape): what a profile's model placeholder names (engines/sglang.py GPU_MODELS)
+SHAPES = {"llama-tiny": ("llama", MODEL), "glm-moe-tiny": ("glm4_moe", GLM_MOE),
+          "glm-moe-wide": ("glm4_moe", GLM_MOE_WIDE), "llama-8b": ("llama", LLAMA_8B)}
 ARCHITECTURES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM")}
 FIRST_WORD_ID = 3  # <unk> <s> </s>, then w0 ... w31996: one word, one token
 MAKE_MODEL = '''

@@ -11,7 +11,7 @@ from scipy import stats
 from ..store.baselines import Entry
 from .noise import FALSE_ALARM, MIN_TOLERANCE
 from .noise import of as noise_of
-from ..categories import INCONCLUSIVE, PREFIX_CACHE, REGRESSION
+from ..categories import FASTER, INCONCLUSIVE, PREFIX_CACHE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
 from ..records import METRICS, LevelResult, half_width, value_format
 from .disturbance import STEAL_NAMED, steal_share
@@ -44,6 +44,21 @@ class FloorVerdict:
             if self.message.startswith(prefix + ": "):
                 return self.message[len(prefix) + 2:]
         return self.message
+
+
+def faster(v: FloorVerdict, where: str) -> str | None:
+    """News for a passed throughput floor whose whole 95% interval lies above the baseline by more than its
+    tolerance: as sure as a regression would be, the other way. It fails nothing (a faster stack is no fault) but
+    says the baseline no longer describes this stack, so a later drop back to it would pass unseen."""
+    if v.outcome != "pass" or v.metric != "sustained_output_tps" or not v.value or not v.baseline:
+        return None
+    low, ceiling = v.value - (v.ci95 or 0.0), v.baseline * (1 + v.tolerance)
+    if low <= ceiling:
+        return None
+    return (f"{FASTER}: {where}: {v.value:,.1f} ± {v.ci95 or 0.0:,.1f} tok/s is {v.value / v.baseline - 1:+.1%} over "
+            f"the baseline's {v.baseline:,.1f}, all of its 95% interval past baseline x (1 + {v.tolerance:.1%}) = "
+            f"{ceiling:,.1f}: the stack or the workload got faster, or the baseline is stale; review it "
+            f"(`sglperf baseline update`), else a drop back to the old speed passes unseen")
 
 
 def floor_outcome(value: float | None, ci95: float | None, floor: float, slack: float = 0.0) -> str:

@@ -147,6 +147,10 @@ class ConfigRun:
         """The plateau's verdict into the run file."""
         self.suite.recorder(self.profile).set_plateau(self.name, doc)
 
+    def record_faster(self, level: int, text: str) -> None:
+        """A level faster than its baseline, into the run file (and so the summary and the history)."""
+        self.suite.recorder(self.profile).set_faster(self.name, level, text)
+
     def level_failure(self, m: LevelMeasurement) -> str | None:
         """Why this level cannot be judged (infrastructure or invalid), or None when it can."""
         return start_failure(self.where, m.result, self.log_path, self.canary_failure(f"{m.result.name}"))

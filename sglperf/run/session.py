@@ -206,7 +206,7 @@ class Suite(Servers):
             self.replicates.setdefault(k, []).append(meas)
             self.recorder(run.profile).add_replicate(run.name, lv, meas.result, meas.records, meas.server_samples,
                                                      meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"],
-                                                     why)
+                                                     why, server_start=run.starts)
             if meas.stop_reason == "interrupted":  # saved; no further level of this replicate is measured
                 self.interrupted = True
                 defer(THE_RUN)  # until finish() has torn the servers down and written the run file
@@ -224,7 +224,8 @@ class Suite(Servers):
         meas = self._measure(run, level)
         self.measurements[key] = meas
         self.recorder(run.profile).add_level(run.name, level, meas.result, meas.records, meas.server_samples,
-                                             meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"])
+                                             meas.stop_reason, meas.scrape_source, meas.extra["epoch_ms"],
+                                             server_start=run.starts)
         if meas.stop_reason == "interrupted":
             self.interrupted = True
             defer(THE_RUN)  # until finish() has torn the servers down and written the run file
@@ -405,6 +406,8 @@ class Suite(Servers):
                                  f"{_fmt(r.whole_run_output_tps)}"
                                  + (f", host CPU probe {r.host_cpu_speed:.3g}" if r.host_cpu_speed else "")
                                  + ("" if r.valid else "  INVALID: " + "; ".join(r.invalid_reasons)))
+                    if c.faster.get(str(lv)):
+                        lines.append(f"    {c.faster[str(lv)]}")
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
         lines += self.candidates + self.pushed

@@ -80,25 +80,33 @@ class RunRecorder:
         self.config(config).plateau = plateau
         self.flush()
 
+    def set_faster(self, config: str, level: int | str, text: str) -> None:
+        self.config(config).faster[str(level)] = text
+        self.flush()
+
     def set_ab(self, ab: ABDoc) -> None:
         self.doc.ab = ab
         self.flush()
 
     def add_level(self, config: str, level: int | str, result: LevelResult, records, server_samples,
-                  stop_reason: str, scrape_source: str | None, epoch_ms: tuple[int, int] | None = None) -> None:
+                  stop_reason: str, scrape_source: str | None, epoch_ms: tuple[int, int] | None = None,
+                  server_start: int | None = None) -> None:
         files = self._raw(f"{config}-{level_name(level)}", records, server_samples)
         self.config(config).levels[str(level)] = LevelDoc(
-            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files)
+            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms,
+            server_start=server_start, **files)
         self.flush()
 
     def add_replicate(self, config: str, level: int, result: LevelResult, records, server_samples, stop_reason: str,
-                      scrape_source: str | None, epoch_ms: tuple[int, int] | None, why: str) -> None:
+                      scrape_source: str | None, epoch_ms: tuple[int, int] | None, why: str,
+                      server_start: int | None = None) -> None:
         """The level measured again after a server restart: kept beside its first start, with the reason."""
         c = self.config(config)
         n = len(c.replicates.get(str(level), [])) + 2
         files = self._raw(f"{config}-{level_name(level)}-start{n}", records, server_samples)
         c.replicates.setdefault(str(level), []).append(LevelDoc(
-            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms, **files))
+            **result.to_dict(), stop_reason=stop_reason, scrape_source=scrape_source, epoch_ms=epoch_ms,
+            server_start=server_start, **files))
         c.replicate_reasons[str(level)] = redact(why)
         self.flush()
 

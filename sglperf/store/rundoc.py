@@ -79,6 +79,8 @@ LevelDoc = create_model(
     "LevelDoc", __base__=_Level, **_level_fields(),
     stop_reason=(str, ...), scrape_source=(str | None, None), records_file=(str | None, None),
     server_samples_file=(str | None, None), epoch_ms=(tuple[int, int] | None, None),
+    # which of its config's server starts measured it (1: the first); None in files written before it was kept
+    server_start=(int | None, None),
 )
 
 
@@ -134,6 +136,8 @@ class ConfigDoc(Strict):
     # this config's own fingerprint: its server args differ from the other configs' (the run's is the last one's)
     fingerprint: dict[str, Any] | None = None
     plateau: PlateauDoc | None = None
+    # levels whose whole interval lay above their baseline by more than the tolerance (judge/floor.faster): news
+    faster: dict[str, str] = {}
     canary: CanaryDoc | None = None
     problems: list[str] = []
     teardown: dict[str, Any] | None = None
@@ -189,6 +193,7 @@ HistoryLevel = create_model(
     invalid_reasons=(list[str], []), sustained_output_tps_ci95=(float | None, None),
     disturbances=(list[str], []),
     gpu=(dict[str, Any], {}),  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
+    faster=(str | None, None),  # the level beat its baseline by more than the tolerance (judge/floor.faster)
     **{name: (float | None, None) for name in METRICS},
 )
 
