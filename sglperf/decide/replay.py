@@ -83,23 +83,42 @@ class RecordedConfig:
     def log_path(self) -> str | None:
         return None
 
+    def _docs(self, level: int, upto: int | None) -> list:
+        """The level's first measurement, then its re-measures on the starts up to `upto` (None: all recorded)."""
+        first = self.doc.levels[str(level)]
+        again = [docs[str(level)] for n, docs in sorted(server_starts(self.doc).items())
+                 if (upto is None or n <= upto) and str(level) in docs and docs[str(level)] is not first]
+        return [first, *again]
+
     def level_starts(self, level: int) -> list[Start]:
-        docs = [self.doc.levels[str(level)], *self.doc.replicates.get(str(level), [])]
-        return [Start(as_result(self.restate(d))) for d in docs]
+        """Its starts so far: those of the server starts the replay has reached, as live."""
+        return [Start(as_result(self.restate(d))) for d in self._docs(level, self.starts)]
+
+    def recorded_starts(self, level: int) -> list[Start]:
+        """All the starts the run recorded of the level (what a claim that ran last, the A/B, read live)."""
+        return [Start(as_result(self.restate(d))) for d in self._docs(level, None)]
 
     def measure(self, level: int) -> Start:
         return self.level_starts(level)[0]
 
+    def _allowed(self, levels) -> bool:
+        return all(len(self._docs(lv, self.starts)) < self.profile.measurement.max_starts for lv in levels)
+
     def replicate(self, level: int, why: str):
-        return None
+        """The level's starts after the next recorded server start that measured it again, while the profile's
+        max_starts allows one more, as the live loop asked for it; None where the run recorded none."""
+        return None if self.replicate_levels([level], why) is None else self.level_starts(level)
 
     def replicate_levels(self, levels, why: str):
         """The next server start after this one that measured all of `levels` together, as the run recorded it (a
-        plateau measured again on a fresh start), or None where it recorded none: the starts between (a floor's
-        re-measure of one level) were spent as they were live."""
+        plateau measured again on a fresh start), or None where it recorded none or the profile allows no more:
+        the starts between (a floor's re-measure of one level) were spent as they were live."""
+        if not self._allowed(levels):
+            return None
         by_start = server_starts(self.doc)
+        firsts = {id(self.doc.levels[str(lv)]) for lv in levels if str(lv) in self.doc.levels}
         for n in sorted(s for s in by_start if s > self.starts):
-            if all(str(lv) in by_start[n] for lv in levels):
+            if all(str(lv) in by_start[n] and id(by_start[n][str(lv)]) not in firsts for lv in levels):
                 self.starts = n
                 return {lv: Start(as_result(self.restate(by_start[n][str(lv)]))) for lv in levels}
         return None
@@ -175,7 +194,7 @@ class RecordedRun:
 
     def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]:
         c = self.configs[config]
-        return {lv: [s.result for s in c.level_starts(lv)] for lv in c.levels}
+        return {lv: [s.result for s in c.recorded_starts(lv)] for lv in c.levels}
 
     def record_ab(self, profile, doc) -> None:
         self.recorded["ab"] = doc
