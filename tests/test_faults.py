@@ -261,15 +261,26 @@ def test_unknown_profile_key_is_a_usage_error_naming_the_field(tmp_path):
     assert p.returncode == 4 and "typo.toml: measurement.ci_targett: unknown key" in out
 
 
+SIM_CI_BASELINE = (ROOT / "baselines" / "sim-ci" / "sim-ci.json").read_text()
+
+
 @pytest.mark.parametrize("content,expect", [
     ('{"schema_version": 1, "profile": ', "not valid JSON"),
     ('{"schema_version": 0, "profile": "sim-ci"}', "schema_version: 0 is not supported"),
+    (SIM_CI_BASELINE.replace('"8": {', '"8.0": {', 1), "level key '8.0' is not a level"),
+    (SIM_CI_BASELINE.replace('"8": {', '"08": {', 1), "level key '08' is not a level"),
+    (SIM_CI_BASELINE.replace('"8": {', '"c8": {', 1), "level key 'c8' is not a level"),
 ])
-def test_malformed_or_old_baseline_is_a_usage_error_and_nothing_is_overwritten(tmp_path, content, expect):
+def test_malformed_or_old_baseline_is_a_usage_error_before_launch_and_nothing_is_overwritten(tmp_path, content,
+                                                                                          expect):
+    """Refused before any server starts (pytest exit 4), once, naming the file: a level key the suite never
+    writes ("8.0", "08", "c8") would match no level, and its floor would silently judge nothing."""
     bfile = tmp_path / "baseline.json"
     bfile.write_text(content)
     p, out = suite(tmp_path, "--levels", "8", "--baseline-file", str(bfile))
-    assert p.returncode == 1 and "USAGE ERROR" in out and expect in out and "baseline.json" in out
+    assert p.returncode == 4 and "USAGE ERROR" in out and expect in out and "baseline.json" in out, out[-2000:]
+    assert out.count(expect) == 1, out[-3000:]
+    assert not (tmp_path / "reports" / "servers").exists(), "nothing was launched"
     assert bfile.read_text() == content, "the user's file is untouched"
     assert_clean(tmp_path)
 

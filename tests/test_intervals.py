@@ -274,6 +274,10 @@ def test_one_start_in_another_mode_is_set_aside_by_name_and_a_slow_server_is_not
     assert v.outcome == "regression" and v.set_aside == ()
     two = starts[:2]  # two starts cannot say which one is apart
     assert outlier_start(two, "sustained_output_tps", noise_of(entry)) == (None, "")
+    same = [result(value=470.0, ci=0.0)] * 3  # a pinned simulator reads the same on every start: none is apart
+    assert outlier_start(same, "sustained_output_tps", noise_of(entry)) == (None, "")
+    v = check_floor(same, entry, where="p32 c8", baseline_source="b", log_path=None)
+    assert v.outcome == "regression" and "-52.8% vs baseline" in v.message
 
 
 def test_a_pass_near_the_floor_is_measured_again_and_a_regression_is_confirmed_over_every_start_allowed():

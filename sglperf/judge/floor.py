@@ -161,6 +161,8 @@ def outlier_start(levels: list[LevelResult], metric: str, noise=None) -> tuple[i
         z = abs(v - ref) / (noise.cv * ref * math.sqrt(1 + 1 / (n - 1)))
         if z > best_z:
             best, best_z, best_ref = i, z, ref
+    if best is None:  # every start read the same: none lies apart
+        return None, ""
     others = values[:best] + values[best + 1:]
     m = sum(others) / len(others)
     spread = sum((x - m) ** 2 for x in others) / (len(others) - 1) / (noise.cv * m) ** 2

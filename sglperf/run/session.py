@@ -302,6 +302,18 @@ class Suite(Servers):
         """The config's server, where this session opened it."""
         return self.runs.get((profile, config))
 
+    def check_baselines(self) -> None:
+        """Load every baseline that may judge this run before any server starts: --baseline-file, else each
+        hardware class's file of the profiles named (candidates aside). A broken one is a usage error naming it,
+        not a failure of every floor after launch."""
+        if self.opts.baseline_file:
+            baselines.load(self.opts.baseline_file)
+            return
+        for name in self.profile_names():
+            for path in sorted((baselines.BASELINE_DIR / self.profile(name).name).glob("*.json")):
+                if ".candidate" not in path.name:
+                    baselines.load(path)
+
     def baseline(self, run: ConfigRun):
         """(BaselineFile, path), or (None, path) when there is none for this hardware class."""
         explicit = self.opts.baseline_file

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..categories import UsageError
 from ..environment import fingerprint, host_speed
@@ -109,6 +109,18 @@ class BaselineFile(BaseModel):
     canary_fingerprint: dict[str, dict] = {}  # config -> the fingerprint the canary outputs were taken with
     host_speed: HostSpeed | None = None  # the CPU the runs measured (probed before each server start)
     open_loop: bool = False  # its levels are offered rates (r40), not concurrencies (c40)
+
+    @field_validator("configs")
+    @classmethod
+    def _level_keys(cls, v):
+        """A level key is the number alone, as the suite writes it ("8", never "8.0", "08" or "c8"): any other
+        spelling would never match a measured level, and its floor would silently judge nothing."""
+        for config, levels in v.items():
+            for key in levels:
+                if not (key.isascii() and key.isdigit() and str(int(key)) == key and int(key) > 0):
+                    raise ValueError(f"{config}: level key {key!r} is not a level: write the number alone, as the "
+                                     f"suite does (\"8\" for c8 or r8)")
+        return v
 
     def level_name(self, level) -> str:
         """How messages name one of its levels (a key is the number alone)."""
