@@ -8,6 +8,7 @@ Why a separate command: engineers tune by hand between suite runs; it runs each 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -19,15 +20,19 @@ from ..measure.client import Workload
 from ..measure.level import LevelSpec, parse_levels, run_level
 from ..measure.metrics import MeasurementPolicy
 from ..measure.negotiate import connect
-from ..measure.prompts import FORMATS, LengthMix, SharedPrefix, Tokenizer
+from ..measure.prompts import FORMATS, MAX_TOKENS, LengthMix, SharedPrefix, Tokenizer
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
 from ..redact import api_key_from_env
-from ..argtypes import fraction, non_negative, positive
+from ..argtypes import fraction, positive
+from ..run.profiles import MeasurementSection
 from ..environment.host import open_files_problem
 
 CONFIG = "bench"  # the run document's one config
+# bench's measurement flags -> the profile's [measurement] keys they are (run/profiles.MeasurementSection)
+KNOBS = {"--ci-target": "ci_target", "--max-seconds": "level_max_seconds", "--min-seconds": "level_min_seconds",
+         "--stall-timeout": "stall_timeout_s", "--request-timeout": "request_timeout_s"}
 
 
 def int_list(text: str) -> list[int]:
@@ -65,8 +70,9 @@ def length_mix(text: str) -> LengthMix:
         sigma, isl_max, osl_max = float(parts[0]), *(int(x) for x in parts[1:])
     except (ValueError, IndexError, TypeError):
         raise argparse.ArgumentTypeError(f"expected SIGMA,ISL_MAX,OSL_MAX (e.g. 0.6,1024,512), got {text!r}") from None
-    if not 0 < sigma <= 3 or isl_max < 1 or osl_max < 1:
-        raise argparse.ArgumentTypeError(f"expected 0 < SIGMA <= 3 and maxima >= 1, got {text!r}")
+    if not 0 < sigma <= 3 or not 1 <= isl_max <= MAX_TOKENS or not 1 <= osl_max <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"expected 0 < SIGMA <= 3 and maxima from 1 to {MAX_TOKENS:,} tokens (the "
+                                         f"longest context a served model offers), got {text!r}")
     return LengthMix(sigma, isl_max, osl_max)
 
 
@@ -75,8 +81,8 @@ def float_list(text: str) -> list[float]:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"rates must be > 0, got {text!r}")
+    if not vals or any(not math.isfinite(v) or v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"rates must be finite numbers of requests per second > 0, got {text!r}")
     return vals
 
 
@@ -109,17 +115,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "maxima")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None, help="OpenAI 'model' field (default: the server's first model)")
-    p.add_argument("--ci-target", type=fraction("--ci-target", lower_open=True, example="0.01"), default=0.01,
-                   help="CI half-width / sustained to stop at (0.01)")
+    for flag, key in KNOBS.items():  # the profile's own fields: one default, one range, one help
+        field = MeasurementSection.model_fields[key]
+        p.add_argument(flag, type=MeasurementSection.argtype(key, flag), default=field.default,
+                       help=f"{field.description} (default {field.default:g}; a profile's [measurement] {key})"
+                       .replace("%", "%%"))
     p.add_argument("--ratio", type=fraction("--ratio", lower_open=True, upper_closed=True, example="0.9"),
                    default=0.9, help="steady-state in-flight ratio (0.9)")
-    p.add_argument("--max-seconds", type=positive("--max-seconds", example="600"), default=600.0,
-                   help="longest a level may run")
     p.add_argument("--client-procs", default="1", help="client processes a closed-loop level's streams are sharded "
                    "over: a count, or auto (from the previous level's rate and the free cores)")
-    p.add_argument("--min-seconds", type=non_negative("--min-seconds"), default=0.0)
-    p.add_argument("--stall-timeout", type=positive("--stall-timeout", example="60"), default=60.0)
-    p.add_argument("--request-timeout", type=positive("--request-timeout", example="3600"), default=3600.0)
     p.add_argument("--no-flush", action="store_true", help="do not POST /flush_cache between levels")
     p.add_argument("--slo-ttft-ms", type=positive("--slo-ttft-ms", example="500"), default=None,
                    help="goodput: a request meets the SLO when its TTFT is at most this (and its TPOT at most "

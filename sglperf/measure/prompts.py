@@ -41,6 +41,11 @@ class SharedPrefix:
     tokens: int
 
 
+# The longest request a workload may ask for, in tokens: the longest context a served model offers (10M); past it a
+# length is a typo, and one prompt of it would not fit the client's memory (1e8 raised MemoryError mid-run).
+MAX_TOKENS = 10_000_000
+
+
 @dataclass(frozen=True)
 class LengthMix:
     """Input and output lengths drawn per request, log-normal around the workload's ISL and OSL as medians with

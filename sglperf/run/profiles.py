@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .. import engines
 from ..categories import UsageError
 from ..records import Rate
+from ..measure.prompts import MAX_TOKENS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -57,8 +58,8 @@ class ServerSection(Strict):
 
 
 class WorkloadSection(Strict):
-    isl: int = Field(gt=0)
-    osl: int = Field(gt=0)
+    isl: int = Field(gt=0, le=MAX_TOKENS)
+    osl: int = Field(gt=0, le=MAX_TOKENS)
     api: Literal["sglang", "openai"] | None = None  # default: what the engine speaks natively
     prompt_format: Literal["ids", "text", "chat"] = "ids"  # text and chat need the model's tokenizer
     tokenizer: str | None = None  # a tokenizer.json, a directory with one, or a model in the local HF cache
@@ -73,10 +74,10 @@ class WorkloadSection(Strict):
     # `length_sigma`), clipped at isl_max and osl_max (prompts.LengthMix says why)
     kind: Literal["random", "shared_prefix", "length_mix"] = "random"
     prefix_groups: int | None = Field(None, ge=1, le=4096)
-    prefix_tokens: int | None = Field(None, ge=1)
+    prefix_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     length_sigma: float | None = Field(None, gt=0, le=3)
-    isl_max: int | None = Field(None, ge=1)
-    osl_max: int | None = Field(None, ge=1)
+    isl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    osl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _range(self):
