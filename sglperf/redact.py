@@ -14,7 +14,9 @@ import json
 import os
 import re
 import shlex
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
+
+from .categories import UsageError
 
 REDACTED = "<redacted>"
 # Flags whose value is a secret: SGLang 0.5.23's (--api-key, --admin-api-key, --ssl-keyfile-password: every flag of
@@ -27,7 +29,22 @@ _registered: set[str] = set()
 
 
 def api_key_from_env() -> str | None:
-    return os.environ.get(API_KEY_ENV) or None
+    return check_api_key(os.environ.get(API_KEY_ENV) or None, API_KEY_ENV)
+
+
+def check_api_key(key: str | None, where: str) -> str | None:
+    """The key, if an HTTP header can carry it (visible ASCII, no whitespace inside), else a usage error that
+    says what is wrong without showing it: a newline or a non-ASCII character made the HTTP client raise an error
+    quoting the whole key into tracebacks, Allure and stdout."""
+    if key is None:
+        return None
+    register(key)
+    if any(c in key for c in "\r\n"):
+        raise UsageError(f"{where}: the API key holds a line break, which an HTTP header cannot carry (not shown)")
+    if not all(33 <= ord(c) < 127 for c in key):
+        raise UsageError(f"{where}: the API key holds a space, a control or a non-ASCII character, which a bearer "
+                         f"token in an HTTP header cannot carry (not shown)")
+    return key
 
 
 def auth_headers(api_key: str | None) -> dict:
@@ -40,14 +57,38 @@ def register(*values: str | None) -> None:
     _registered.update(v for v in values if v)
 
 
+def _public_flags() -> frozenset[str]:
+    """The flags of the servers the suite knows (the vendored SGLang flag lists) that hold no secret."""
+    from pathlib import Path
+
+    out: set[str] = set()
+    for path in (Path(__file__).parent / "data").glob("sglang-*-flags.txt"):
+        out |= {ln.strip() for ln in path.read_text().splitlines() if ln.startswith("--")}
+    return frozenset(out - set(SECRET_FLAGS))
+
+
+def secret_flag(flag: str) -> bool:
+    """Whether `flag` (the part before any '=') names a secret flag as an argparse server reads it: the flag
+    itself, or an abbreviation of one (allow_abbrev: SGLang and the simulator take `--admin-api` for
+    `--admin-api-key`), unless it is another flag of its own (`--ssl-keyfile` is a path, not
+    `--ssl-keyfile-password`). An abbreviation argparse would find ambiguous is redacted all the same."""
+    if flag in SECRET_FLAGS:
+        return True
+    return (len(flag) > 3 and flag.startswith("--") and any(f.startswith(flag) for f in SECRET_FLAGS)
+            and flag not in _public_flags())
+
+
 def argv_secrets(argv: list[str]) -> list[str]:
-    """The values of the secret flags in a command line (`--flag VALUE` and `--flag=VALUE`)."""
+    """The values of the secret flags in a command line (`--flag VALUE` and `--flag=VALUE`, abbreviated too)."""
     out = []
     for i, a in enumerate(argv):
-        if a in SECRET_FLAGS and i + 1 < len(argv):
+        name, eq, value = a.partition("=")
+        if not secret_flag(name):
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv):
             out.append(argv[i + 1])
-        elif a.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
-            out.append(a.split("=", 1)[1])
     return [v for v in out if v]
 
 
@@ -63,17 +104,22 @@ def url_password(url: str) -> str | None:
     """The password a connection string carries, decoded: in its userinfo (user:PASSWORD@, an unencoded @ in it
     included: the host follows the last @), else in a query parameter (?password=), else a libpq keyword
     (password=...)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            return unquote(parts.password)
-        for key, value in parse_qsl(parts.query, keep_blank_values=False):
-            if key in URL_SECRET_PARAMS and value:
-                return value
-    except ValueError:
-        pass
+    info = _userinfo(url)
+    if info is not None and ":" in info:
+        return unquote(info.split(":", 1)[1]) or None
+    q = re.search(r"[?&](?:%s)=([^&]*)" % "|".join(URL_SECRET_PARAMS), url)
+    if q and q.group(1):
+        return unquote(q.group(1))
     m = re.search(r"(?:^|\s)(?:%s)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)" % "|".join(URL_SECRET_PARAMS), url)
     return m.group(1).strip("'") if m else None
+
+
+def _userinfo(url: str) -> str | None:
+    """A URL's user[:password], read as a person wrote it: everything between '//' and the last '@' of the
+    authority, an unencoded '/', '?', '#' or '@' in the password included (the host follows the last '@' before
+    the path); None where there is none."""
+    m = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://(.*)@([^@/?#]*)(?:[/?#].*)?$", url, re.S)
+    return m.group(1) if m else None
 
 
 def url_secrets(url: str) -> list[str]:
@@ -81,8 +127,17 @@ def url_secrets(url: str) -> list[str]:
     pw = url_password(url)
     if not pw:
         return []
-    written = re.search(r"//[^/]*?:([^/]*)@[^@/]*(?:/|$)", url)
-    return [pw] + ([written.group(1)] if written and written.group(1) != pw else [])
+    info = _userinfo(url)
+    written = info.split(":", 1)[1] if info and ":" in info else None
+    q = re.search(r"[?&](?:%s)=([^&]*)" % "|".join(URL_SECRET_PARAMS), url)
+    return sorted({pw, written or pw, q.group(1) if q else pw}, key=len, reverse=True)
+
+
+def without_userinfo(url: str) -> tuple[str | None, str]:
+    """(user[:password] as written, the URL without it): what a URL parser can take apart without a password's
+    unencoded '/', '?' or '#' cutting the URL short (and its error quoting a piece of the password)."""
+    info = _userinfo(url)
+    return (info, url.replace(info + "@", "", 1)) if info is not None else (None, url)
 
 
 def escaped(secret: str) -> list[str]:
@@ -125,14 +180,15 @@ def redact_argv(argv: list[str], extra: list[str] | None = None) -> list[str]:
     """The command line with every secret flag's value replaced (and every known secret anywhere else)."""
     out, hide_next = [], False
     for a in argv:
+        name, eq, _ = a.partition("=")
         if hide_next:
             out.append(REDACTED)
             hide_next = False
-        elif a in SECRET_FLAGS:
+        elif secret_flag(name) and eq:
+            out.append(name + "=" + REDACTED)
+        elif secret_flag(name):
             out.append(a)
             hide_next = True
-        elif a.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
-            out.append(a.split("=", 1)[0] + "=" + REDACTED)
         else:
             out.append(a)
     return redact(out, extra)
@@ -141,8 +197,11 @@ def redact_argv(argv: list[str], extra: list[str] | None = None) -> list[str]:
 def redact_url(url: str) -> str:
     """A connection string with its password replaced wherever it keeps one: user:PASSWORD@host (up to the last
     @ before the host), ?password=..., or a libpq keyword password=...; and any registered secret."""
-    out = re.sub(r"(//[^/@:]*:)[^/]*@(?=[^@/]*(?:/|$))", r"\1" + REDACTED + "@", url)
+    info = _userinfo(url)
+    out = url
+    if info is not None and ":" in info:
+        out = url.replace("//" + info + "@", "//" + info.split(":", 1)[0] + ":" + REDACTED + "@", 1)
     keys = "|".join(URL_SECRET_PARAMS)
-    out = re.sub(r"([?&](?:%s)=)[^&#]*" % keys, r"\1" + REDACTED, out)
+    out = re.sub(r"([?&](?:%s)=)[^&]*" % keys, r"\1" + REDACTED, out)
     out = re.sub(r"((?:^|\s)(?:%s)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)" % keys, r"\1" + REDACTED, out)
     return redact(out)

@@ -24,7 +24,7 @@ from ..measure.prompts import FORMATS, MAX_TOKENS, LengthMix, SharedPrefix, Toke
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..store.recorder import RunRecorder, ServerDoc
 from ..records import LevelResult
-from ..redact import api_key_from_env
+from ..redact import api_key_from_env, register, url_secrets
 from ..argtypes import fraction, positive
 from ..run.profiles import MeasurementSection
 from ..environment.host import open_files_problem
@@ -206,6 +206,7 @@ def vocabulary(given: tuple[int, int] | None, served: int | None, tokenizer: Tok
 def run(args: argparse.Namespace, rec: RunRecorder, ctx: dict) -> None:
     """Measure every level into the run document (so an interrupt keeps the finished ones)."""
     key = api_key_from_env()
+    register(*url_secrets(args.url))  # http://user:PASSWORD@host: never written
     url = engines.check_url(args.url, "--url")
     engine = engines.get(args.engine) if args.engine else engines.detect(url, key)
     ctx["engine"] = engine.describe() | {"detected": args.engine is None}

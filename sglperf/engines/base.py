@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..categories import InfraError, UsageError
 from ..records import FULL, Ceiling, ServerSample, Shape
-from ..redact import auth_headers
+from ..redact import auth_headers, redact, redact_url, without_userinfo
 
 
 @dataclass(frozen=True)
@@ -76,15 +76,16 @@ def http_get(url: str, api_key: str | None, timeout: float) -> requests.Response
 
 def check_url(url: str, what: str = "--server-url") -> str:
     """A server's base URL, or a UsageError naming what is wrong with it."""
+    shown = redact_url(url)  # its password, if any, never in a message
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(without_userinfo(url)[1])
         port = parts.port
     except ValueError as e:
-        raise UsageError(f"{what} {url!r}: {e}") from None
+        raise UsageError(f"{what} {shown!r}: {redact(str(e))}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{what} {url!r} must look like http://HOST[:PORT] (https works too)")
+        raise UsageError(f"{what} {shown!r} must look like http://HOST[:PORT] (https works too)")
     if port == 0:
-        raise UsageError(f"{what} {url!r}: port 0 is not a server's port")
+        raise UsageError(f"{what} {shown!r}: port 0 is not a server's port")
     return url.rstrip("/")
 
 

@@ -129,6 +129,28 @@ def attach_json(name: str, obj) -> None:
     allure.attach(json.dumps(redact(obj), indent=2, default=str), name, allure.attachment_type.JSON)
 
 
+def redact_results(d: Path) -> int:
+    """Every file allure-pytest wrote under `d` with each known secret replaced (redact.py): its failure messages
+    and traces come from the exception itself, which may quote a secret the suite never wrote (an HTTP client's
+    error quoting a header). Returns how many files were rewritten."""
+    from ..fileio import atomic_write_bytes
+    from ..redact import redact, secrets
+
+    words = secrets()
+    if not words or not d.is_dir():
+        return 0
+    n = 0
+    for path in d.rglob("*"):
+        try:
+            text = path.read_text() if path.is_file() else ""
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any(w in text for w in words):
+            atomic_write_bytes(path, redact(text).encode())
+            n += 1
+    return n
+
+
 def write_environment(d: Path, fingerprint: dict) -> None:
     lines = []
     for k, v in sorted(redact(fingerprint).items()):

@@ -23,7 +23,7 @@ from ..measure.canary import CanaryStalled, run_canary
 from ..measure.client import Target, Workload
 from ..measure.level import LevelMeasurement
 from ..measure.negotiate import connect, vocabulary_problem
-from ..redact import api_key_from_env, secrets
+from ..redact import api_key_from_env, check_api_key, secrets
 from ..store.recorder import ServerDoc
 from ..store.rundoc import CanaryDoc
 from ..records import Ceiling, LevelResult
@@ -200,7 +200,7 @@ class Servers:
         given = [v for f, v in zip(template, template[1:]) if f == prof.server.api_key_flag] + [
             a.split("=", 1)[1] for a in template
             if prof.server.api_key_flag and a.startswith(prof.server.api_key_flag + "=")]
-        api_key = api_key_from_env() or (given[0] if given else None)
+        api_key = api_key_from_env() or check_api_key(given[0] if given else None, prof.server.api_key_flag or "")
         rec = self.recorder(prof)
         # the CPU's speed, before a server whose speed rides on it starts (a remote server's host is not ours to probe)
         speed = host_speed.probe().as_dict() if not o.server_url and engine.host_cpu_matters else None

@@ -26,7 +26,7 @@ from ..categories import InfraError, UsageError
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
-from ..redact import argv_secrets, env_secrets, redact, register
+from ..redact import api_key_from_env, argv_secrets, env_secrets, redact, register, url_secrets
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult, Rate, level_name
 from ..judge import plateau
@@ -67,6 +67,8 @@ class Suite(Servers):
         self.late_problems: list[str] = []
         self.cleaned: list[str] = []
         register(*argv_secrets(list(opts.server_args)))  # secret from here on, in everything written
+        register(*url_secrets(opts.server_url or ""))  # http://user:PASSWORD@host: a password in the server's URL
+        api_key_from_env()  # a key no HTTP header can carry is refused before anything starts
 
     # ------------------------------------------------------------------ what to run
     def profile_names(self) -> list[str]:
@@ -396,6 +398,7 @@ class Suite(Servers):
 
     def write_allure_files(self) -> None:
         report.write_run_files(self.opts.allure_dir, [rec.doc for rec in self.recorders.values()])
+        report.redact_results(self.opts.allure_dir)
 
     def write_candidate(self, profile_name: str, rec: RunRecorder) -> str:
         prof = self.profile(profile_name)

@@ -15,10 +15,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlsplit
 
 from ..categories import UsageError
-from ..redact import redact, redact_url, register, url_password, url_secrets
+from ..redact import redact, redact_url, register, url_password, url_secrets, without_userinfo
 from .history import record_from_run
 from .rundoc import RunDoc
 
@@ -91,15 +91,25 @@ class DbUrl:
     def shown(self) -> str:
         return redact_url(self.url)
 
+    def params(self) -> dict:
+        """libpq's keywords, taken apart here: the URL's own options (?sslmode=...), then its parts, decoded. The
+        password never goes through libpq's URI parser, which an unencoded '/' in it would make quote a piece."""
+        query = dict(parse_qsl(urlsplit(without_userinfo(self.url)[1]).query))
+        query.pop("password", None)
+        parts = {"host": self.host, "port": self.port, "dbname": self.database, "user": self.user,
+                 "password": self.password}
+        return {**query, **{k: v for k, v in parts.items() if v is not None}}
+
 
 def check_url(url: str, where: str = "--results-db") -> DbUrl:
     """A postgresql:// URL with a host and a database, or a FleetError naming it (its password never shown)."""
     register(*url_secrets(url))
+    info, bare = without_userinfo(url)  # the password never reaches a parser whose error could quote it
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(bare)
         port = parts.port or 5432
     except ValueError as e:
-        raise FleetError(f"{where} {redact_url(url)}: not a URL ({e})") from None
+        raise FleetError(f"{where} {redact_url(url)}: not a URL ({redact(str(e))})") from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise FleetError(f"{where} {redact_url(url)}: must start with postgresql:// (e.g. "
                          f"postgresql://USER:PASSWORD@HOST:5432/DATABASE)")
@@ -108,8 +118,8 @@ def check_url(url: str, where: str = "--results-db") -> DbUrl:
         raise FleetError(f"{where} {redact_url(url)}: needs a host and a database name "
                          f"(postgresql://USER:PASSWORD@HOST:5432/DATABASE)")
     # decoded, as libpq decodes them: Otava's driver takes them apart from the URL
-    return DbUrl(url, parts.hostname, port, unquote(parts.username) if parts.username else None,
-                 url_password(url), unquote(database))
+    user = unquote(info.split(":", 1)[0]) if info else parse_qs(parts.query).get("user", [None])[0]
+    return DbUrl(url, parts.hostname, port, user or None, url_password(url), unquote(database))
 
 
 def from_env(value: str | None) -> str | None:
@@ -122,7 +132,7 @@ def connect(url: str, *, timeout: float = 10.0, migrate_schema: bool = True, whe
 
     db = check_url(url, where)
     try:
-        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), application_name="sglperf")
+        conn = psycopg.connect(**db.params(), connect_timeout=max(1, int(timeout)), application_name="sglperf")
     except psycopg.Error as e:
         words = " ".join(redact(str(e)).split())  # libpq's message, its lines joined
         raise FleetError(f"results database {db.shown()}: cannot connect: {words}") from None

@@ -1,0 +1,107 @@
+"""Bad input, round 5: secrets in forms round 4 missed (a password with an unencoded '/', '?' or '#', a server URL's
+userinfo, an abbreviated secret flag, an API key no header can carry), impossible inputs refused before launch (a
+non-finite rate, a length past any context window), each naming what it refuses and never quoting the secret."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglperf import redact as r
+from sglperf.categories import UsageError
+from sglperf.engines.base import check_url
+from sglperf.store import fleet
+
+from .conftest import user_env
+from .test_faults import assert_clean, leaked, run_doc, suite
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("url,shown,password", [
+    ("postgresql://fleet:ab/cdSEC9@db:5432/sg", "postgresql://fleet:<redacted>@db:5432/sg", "ab/cdSEC9"),
+    ("postgresql://fleet:ab?cd#SEC9@db/sg", "postgresql://fleet:<redacted>@db/sg", "ab?cd#SEC9"),
+    ("postgresql://fleet@db/sg?password=ab#SEC9", "postgresql://fleet@db/sg?password=<redacted>", "ab#SEC9"),
+    ("http://user:pa/ss@127.0.0.1:30000", "http://user:<redacted>@127.0.0.1:30000", "pa/ss"),
+])
+def test_a_password_with_an_unencoded_slash_question_mark_or_hash_is_found_and_hidden_whole(url, shown, password):
+    assert r.url_password(url) == password
+    assert r.redact_url(url) == shown
+
+
+def test_a_database_url_whose_password_holds_a_slash_is_taken_apart_without_quoting_a_piece_of_it():
+    """urlsplit cut 'fleet:ab/cdSEC9@db' at the '/', read 'ab' as a port and said so ("Port could not be cast to
+    integer value as 'ab'"); libpq's URI parser did the same. The password now never reaches either parser."""
+    db = fleet.check_url("postgresql://fleet:ab/cdSEC9@db:5432/sg?sslmode=disable")
+    assert (db.host, db.port, db.user, db.password, db.database) == ("db", 5432, "fleet", "ab/cdSEC9", "sg")
+    assert db.params() == {"sslmode": "disable", "host": "db", "port": 5432, "dbname": "sg", "user": "fleet",
+                           "password": "ab/cdSEC9"}
+    with pytest.raises(fleet.FleetError) as e:
+        fleet.check_url("postgresql://fleet:ab/cdSEC9@db:port/sg")
+    assert "SEC9" not in str(e.value) and "'ab'" not in str(e.value) and "<redacted>" in str(e.value)
+
+
+def test_a_server_urls_password_is_never_quoted_in_its_usage_error():
+    with pytest.raises(UsageError) as e:
+        check_url("http://user:SEC-URL-9@127.0.0.1:0", "--server-url")
+    assert "SEC-URL-9" not in str(e.value) and "user:<redacted>@127.0.0.1:0" in str(e.value)
+
+
+@pytest.mark.parametrize("argv,values", [
+    (["--admin-api=SEC-A1"], ["SEC-A1"]),
+    (["--ssl-keyfile-passw", "SEC-A2"], ["SEC-A2"]),
+    (["--api-k=SEC-A3", "--ssl-keyfile", "/keys/server.pem"], ["SEC-A3"]),
+])
+def test_an_abbreviated_secret_flag_is_as_secret_as_the_flag_and_a_path_flag_it_begins_is_not(argv, values):
+    """argparse servers (SGLang, the simulator) take any unambiguous abbreviation of a flag."""
+    assert r.argv_secrets(argv) == values
+    shown = r.redact_argv(argv)
+    assert not [v for v in values if v in " ".join(shown)]
+    assert [a for a in argv if a.startswith("/")] == [a for a in shown if a.startswith("/")], \
+        "--ssl-keyfile is a path, a flag of its own"
+
+
+@pytest.mark.parametrize("key,why", [("ab\ncd-SEC", "line break"), ("abcé-SEC", "non-ASCII"),
+                                     ("ab cd-SEC", "a space")])
+def test_an_api_key_no_http_header_can_carry_is_refused_before_anything_starts_and_never_shown(tmp_path, key, why):
+    """The HTTP client raised InvalidHeader or UnicodeEncodeError quoting the whole key into the traceback,
+    stdout and Allure. Now: a usage error (pytest exit 4) naming the variable and what is wrong."""
+    p, out = suite(tmp_path, "--levels", "8", env={"SGLPERF_API_KEY": key})
+    assert p.returncode == 4 and "USAGE ERROR: SGLPERF_API_KEY: the API key holds" in out, out[-2000:]
+    assert why in out and "SEC" not in out
+    assert not (tmp_path / "reports" / "servers").exists()
+
+
+def test_an_abbreviated_secret_flag_and_a_server_url_password_leave_no_file_of_the_run_holding_them(tmp_path):
+    """--admin-api=... reaches the simulator (it accepts the abbreviation, as SGLang does) and is logged by it;
+    nothing the suite writes keeps the value."""
+    allure = tmp_path / "allure"
+    p, out = suite(tmp_path, "--levels", "8", "--alluredir", str(allure), "--server-arg=--admin-api=ADM-SEC-77")
+    assert p.returncode in (0, 1), out[-2000:]
+    assert run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["8"]["valid"]
+    assert leaked([tmp_path / "reports", allure], ["ADM-SEC-77"]) == [] and "ADM-SEC-77" not in out
+    assert_clean(tmp_path)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--rates", "inf"], "rates must be finite numbers of requests per second > 0, got 'inf'"),
+    (["--rates", "nan"], "rates must be finite numbers of requests per second > 0, got 'nan'"),
+    (["--levels", "8", "--length-mix", "0.5,100000000,128"], "maxima from 1 to 10,000,000 tokens"),
+    (["--levels", "8", "--ci-target", "0.7"], "--ci-target 0.7: input should be less than or equal to 0.5"),
+])
+def test_bench_refuses_what_no_measurement_can_be_before_it_connects(args, says):
+    p = subprocess.run([sys.executable, "-m", "sglperf", "bench", "--url", "http://127.0.0.1:9", *args],
+                       capture_output=True, text=True, timeout=60, env=user_env(), cwd=ROOT)
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr[-1500:]
+
+
+def test_a_profile_length_past_any_context_window_is_refused_naming_the_key(tmp_path):
+    from sglperf.run import profiles
+
+    src = (ROOT / "profiles" / "sim-mix.toml").read_text()
+    bad = tmp_path / "huge.toml"
+    bad.write_text(src.replace("isl_max = ", "isl_max = 100000000 #", 1))
+    with pytest.raises(UsageError) as e:
+        profiles.load(str(bad))
+    assert "isl_max" in str(e.value) and "10000000" in str(e.value)
