@@ -96,7 +96,7 @@ def outputs_checked(run, meas, r: LevelResult) -> LevelResult:
     words: never a pass, a history point or a candidate, and its run is withheld as a failed canary's is."""
     c = run.profile.canary
     outputs = [rec.output_ids for rec in meas.records if rec.output_ids and not rec.error]
-    why = check_under_load(outputs, c.rules(), c.output_len) if c.enabled and outputs else None
+    why = check_under_load(outputs, c.rules(), c.output_len, run.vocab_size) if c.enabled and outputs else None
     if why is None:
         return r
     return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))

@@ -118,14 +118,59 @@ def check_canary(outputs: list[CanaryOutput], rules: CanaryRules, *, vocab: int 
 UNDER_LOAD = "output degenerate under load"  # the reason a level's outputs give it (decide/health.start_failure)
 
 
-def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length: int) -> str | None:
-    """Why the outputs sampled during a level are degenerate, or None: each output's first `length` ids (the canary's
-    output length) judged as a canary output is, and the level degenerate where at least two of them, and half, are.
-    Greedy decoding of random prompts loops now and then on a healthy model (a tiny random-weight Llama on real
-    SGLang: 2 of 17 sampled outputs one id repeated, each prompt its own id); a kernel that goes wrong under load
-    (zeros from some request on) turns most of them."""
+# The shortest period a loop is looked for at, and the longest: a healthy model's greedy loops and a broken kernel's
+# output both repeat a few ids (42 43 42 43 ... passed the one-id rules).
+MAX_PERIOD = 4
+# One loop in this many sampled outputs, and in at least SHARED_MIN of them, is a broken server's signature: a
+# healthy model's loops differ prompt by prompt (real SGLang's tiny random Llama: 0-6 of 7-52 sampled outputs of a
+# level looped, never two on the same ids: docs/measurement.md); a kernel gone wrong writes the same ids into every
+# output it touches.
+SHARED_SHARE, SHARED_MIN = 0.1, 3
+
+
+def loop(ids: tuple[int, ...], rules: CanaryRules) -> tuple[int, ...] | None:
+    """The ids `ids` loop on, or None: one id over `rules.max_top_share` of them (or all of them), or a cycle of 2 to
+    MAX_PERIOD ids that repeats at that share of positions."""
+    if len(ids) < 2:
+        return None
+    top, n = Counter(ids).most_common(1)[0]
+    if len(set(ids)) < rules.min_distinct or n / len(ids) > rules.max_top_share:
+        return (top,)
+    for p in range(2, MAX_PERIOD + 1):
+        if len(ids) > 2 * p and sum(ids[i] == ids[i - p] for i in range(p, len(ids))) / (len(ids) - p) \
+                >= rules.max_top_share:
+            return tuple(sorted(set(ids[-p:])))
+    return None
+
+
+def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length: int,
+                     vocab: int | None = None) -> str | None:
+    """Why the outputs sampled during a level (whole, in the order they finished) are degenerate, or None:
+    - any id outside the vocabulary: no healthy server writes one;
+    - their first `length` ids (the canary's output length) judged as a canary output is, in at least two of them
+      and half: greedy decoding of random prompts loops now and then on a healthy model (a tiny random-weight Llama
+      on real SGLang: 2 of 17 one id repeated, each prompt its own id); a kernel that goes wrong turns most;
+    - the same loop (one id, or a short cycle) over a whole output or its last `length` ids in SHARED_MIN of them
+      and SHARED_SHARE: a steady minority (one request in three), a late onset (the last requests of a level) or a
+      tail gone wrong, each writing the same ids, where a healthy model's loops differ prompt by prompt."""
+    if vocab is not None:
+        oov = [ids for ids in outputs if any(i < 0 or i >= vocab for i in ids)]
+        if oov:
+            bad_id = next(i for i in oov[0] if i < 0 or i >= vocab)
+            return (f"{UNDER_LOAD}: {len(oov)} of {len(outputs)} sampled outputs hold ids outside the vocabulary "
+                    f"[0, {vocab}), e.g. {bad_id} in {quote(tuple(oov[0]))}")
     bad = [why for ids in outputs if (why := degenerate(CanaryOutput(None, None, tuple(ids[:length]), None, 0.0),
                                                          rules, None))]
-    if len(bad) < max(2, 0.5 * len(outputs)):
-        return None
-    return f"{UNDER_LOAD}: {len(bad)} of {len(outputs)} sampled outputs (their first {length} ids), e.g. {bad[0]}"
+    if len(bad) >= max(2, 0.5 * len(outputs)):
+        return f"{UNDER_LOAD}: {len(bad)} of {len(outputs)} sampled outputs (their first {length} ids), e.g. {bad[0]}"
+    loops = Counter(s for ids in outputs if (s := loop(tuple(ids), rules) or loop(tuple(ids[-length:]), rules)))
+    if loops:
+        ids, n = loops.most_common(1)[0]
+        if n >= max(SHARED_MIN, SHARED_SHARE * len(outputs)):
+            where = [i for i, o in enumerate(outputs) if (loop(tuple(o), rules) or loop(tuple(o[-length:]), rules))
+                     == ids]
+            return (f"{UNDER_LOAD}: {n} of {len(outputs)} sampled outputs loop on the same ids "
+                    f"{' '.join(map(str, ids))} (over the whole output or its last {length} ids; outputs "
+                    f"{', '.join(str(i + 1) for i in where[:8])}{' ...' if len(where) > 8 else ''} in the order they "
+                    f"finished): a healthy model's loops differ prompt by prompt")
+    return None

@@ -58,6 +58,7 @@ class ConfigRun:
     canary_verdict: "CanaryVerdict | None" = None
     canary_skip: str | None = None  # why this config has no canary
     hung: str | None = None  # why this server is known hung: nothing more is asked of it
+    vocab_size: int | None = None  # the model's vocabulary, where the server says it: an id past it is garbage
 
     @property
     def where(self) -> str:
@@ -266,6 +267,7 @@ class Servers:
                 f"{ceiling.kv * ceiling.tokens_per_request // tail} would fit"))
         run = ConfigRun(self, prof, cname, engine, server, conn.target, conn.workload, conn.server_info, ceiling, fp,
                         lock)
+        run.vocab_size = conn.vocab_size
         rec = self.recorder(prof)
         rec.set_fingerprint(fp, cname)
         rec.set_server(cname, ServerDoc(

@@ -1,0 +1,61 @@
+"""Wrong output that still passed (round 5): the outputs sampled during a level are read whole, against the
+vocabulary, and a loop shared by several outputs is a broken server's signature. Healthy outputs recorded from real
+SGLang (tests/data/outputs) never trip it; each planted class does."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sglperf.judge.canary import UNDER_LOAD, CanaryRules, check_under_load
+
+HEALTHY = json.loads((Path(__file__).parent / "data" / "outputs" / "cpu-sglang-healthy.json").read_text())["levels"]
+RULES, LENGTH, VOCAB = CanaryRules(), 16, 32000
+
+
+def healthy(level: str = "rr32-c8") -> list[tuple[int, ...]]:
+    return [tuple(o) for o in HEALTHY[level]]
+
+
+def test_every_level_of_a_healthy_real_sglang_run_passes_though_its_random_model_loops_now_and_then():
+    """The tiny random-weight Llama's greedy outputs loop on their own ids in up to 6 of a level's 7-52 samples."""
+    assert sum(len(v) for v in HEALTHY.values()) == 213
+    for level, outs in HEALTHY.items():
+        assert check_under_load([tuple(o) for o in outs], RULES, LENGTH, VOCAB) is None, level
+
+
+def test_a_steady_minority_one_output_in_three_all_one_id_is_degenerate():
+    outs = [tuple([7] * 32) if i % 3 == 0 else o for i, o in enumerate(healthy())]
+    why = check_under_load(outs, RULES, LENGTH, VOCAB)
+    assert why.startswith(UNDER_LOAD) and "loop on the same ids 7" in why, why
+
+
+def test_a_late_onset_the_last_four_requests_of_a_level_is_degenerate():
+    outs = healthy("rr32-c48")[:-4] + [tuple([0] * 32)] * 4
+    why = check_under_load(outs, RULES, LENGTH, VOCAB)
+    assert why.startswith(UNDER_LOAD) and "4 of 20 sampled outputs loop on the same ids 0" in why
+    assert "outputs 17, 18, 19, 20" in why
+
+
+def test_a_tail_gone_wrong_past_the_canarys_length_is_degenerate():
+    """Only ids past the 16th were never looked at: a kernel that breaks as the KV cache grows passed."""
+    outs = [o[:16] + (0,) * 16 for o in healthy()]
+    assert "loop on the same ids 0 (over the whole output or its last 16 ids" in check_under_load(outs, RULES, LENGTH)
+
+
+def test_a_short_cycle_is_a_loop():
+    outs = [tuple([42, 43] * 16)] * 3 + healthy("rr4-c32")
+    assert "loop on the same ids 42 43" in check_under_load(outs, RULES, LENGTH, VOCAB)
+
+
+@pytest.mark.parametrize("bad", [32000, 10 ** 9, -1])
+def test_an_id_outside_the_vocabulary_in_one_sampled_output_is_degenerate(bad):
+    outs = healthy()
+    outs[5] = outs[5][:10] + (bad,) + outs[5][11:]
+    why = check_under_load(outs, RULES, LENGTH, VOCAB)
+    assert f"1 of 52 sampled outputs hold ids outside the vocabulary [0, 32000), e.g. {bad}" in why
+
+
+def test_two_outputs_on_the_same_loop_are_not_yet_a_signature():
+    outs = [tuple([9] * 32)] * 2 + healthy("rr32-c2")
+    assert check_under_load(outs, RULES, LENGTH, VOCAB) is None
