@@ -54,6 +54,36 @@ def test_a_late_onset_the_last_four_requests_of_a_level_is_degenerate():
     assert "outputs 17, 18, 19, 20" in why
 
 
+def test_an_onset_in_the_last_two_samples_of_a_level_is_degenerate_where_no_earlier_sample_looped_on_that_id():
+    """One request in 8 is sampled: on a 2-core host zeros from the 300th request on reached 2 of c16's 24 samples."""
+    outs = healthy("rr32-c48")[:-2] + [tuple([0] * 32)] * 2
+    why = check_under_load(outs, RULES, LENGTH, VOCAB)
+    assert why == (f"{UNDER_LOAD}: the last 2 of 20 sampled outputs all loop on id 0, which no earlier output of the "
+                   f"level did: the server broke partway through the level")
+    assert check_under_load(healthy("rr32-c48")[:-1] + [tuple([0] * 32)], RULES, LENGTH, VOCAB) is None, "one"
+    looped_before = [tuple([0] * 32)] + healthy("rr32-c48")[:-2] + [tuple([0] * 32)] * 2
+    assert "onset" not in (check_under_load(looped_before, RULES, LENGTH, VOCAB) or "")
+
+
+def test_a_late_onset_in_a_real_suite_run_withholds_it(tmp_path):
+    """The simulator writing zeros from its 250th request on: the first level is clean, the last is not."""
+    import subprocess
+    import sys
+
+    from .conftest import user_env
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim", "--perf-config",
+           "rr24-cds4", "--levels", "8,16", "--server-arg=--fault-degenerate-output=250", "--reports-dir",
+           str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=user_env())
+    out = p.stdout + p.stderr
+    assert p.returncode == 1 and "OUTPUT DEGENERATE" in out or "INVALID MEASUREMENT: sim-ci/rr24-cds4 c16: output " \
+        "degenerate under load" in out, out[-3000:]
+    assert "sim-ci/rr24-cds4 c8: output degenerate" not in out
+    assert not (tmp_path / "reports" / "history.jsonl").exists()
+
+
 def test_a_tail_gone_wrong_past_the_canarys_length_is_degenerate():
     """Only ids past the 16th were never looked at: a kernel that breaks as the KV cache grows passed."""
     outs = [o[:16] + (0,) * 16 for o in healthy()]

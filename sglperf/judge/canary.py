@@ -127,6 +127,10 @@ MAX_PERIOD = 4
 # id (zeros) into every output it touches. A cycle of 2-4 ids must be shared by half of them: a random-weight GLM MoE
 # on an H100 cycled on the same two ids (0 5709) in 15-25% of its outputs, healthy (docs/measurement.md).
 SHARED_SHARE, SHARED_MIN, SHARED_CYCLE_SHARE = 0.1, 3, 0.5
+# An onset: the level's last samples, at least ONSET_MIN of them, all loop on one id that no earlier sample of the
+# level looped on: a server that broke partway through (zeros from some request on) is caught though a level samples
+# only one request in 8 (2 of 24 on a 2-core host); a model that ends its outputs so loops on it from the start.
+ONSET_MIN = 2
 
 
 def loop(ids: tuple[int, ...], rules: CanaryRules) -> tuple[int, ...] | None:
@@ -142,6 +146,16 @@ def loop(ids: tuple[int, ...], rules: CanaryRules) -> tuple[int, ...] | None:
                 >= rules.max_top_share:
             return tuple(sorted(set(ids[-p:])))
     return None
+
+
+def onset_of(each: list) -> tuple[tuple[int, ...], int] | None:
+    """(the one id, how many) where the last samples' loops (`each`, one per output in order, None: no loop) are
+    ONSET_MIN or more on one id that no earlier sample looped on; None otherwise."""
+    last = each[-1] if each else None
+    if last is None or len(last) != 1:
+        return None
+    n = next((i for i, s in enumerate(reversed(each)) if s != last), len(each))
+    return (last, n) if n >= ONSET_MIN and last not in each[:-n] else None
 
 
 def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length: int,
@@ -165,14 +179,18 @@ def check_under_load(outputs: list[tuple[int, ...]], rules: CanaryRules, length:
                                                          rules, None))]
     if len(bad) >= max(2, 0.5 * len(outputs)):
         return f"{UNDER_LOAD}: {len(bad)} of {len(outputs)} sampled outputs (their first {length} ids), e.g. {bad[0]}"
-    loops = Counter(s for ids in outputs if (s := loop(tuple(ids), rules) or loop(tuple(ids[-length:]), rules)))
+    each = [loop(tuple(o), rules) or loop(tuple(o[-length:]), rules) for o in outputs]
+    loops = Counter(s for s in each if s)
     for ids, n in loops.most_common():
         share = SHARED_SHARE if len(ids) == 1 else SHARED_CYCLE_SHARE
         if n >= max(SHARED_MIN, share * len(outputs)):
-            where = [i for i, o in enumerate(outputs) if (loop(tuple(o), rules) or loop(tuple(o[-length:]), rules))
-                     == ids]
+            where = [i for i, s in enumerate(each) if s == ids]
             return (f"{UNDER_LOAD}: {n} of {len(outputs)} sampled outputs loop on the same ids "
                     f"{' '.join(map(str, ids))} (over the whole output or its last {length} ids; outputs "
                     f"{', '.join(str(i + 1) for i in where[:8])}{' ...' if len(where) > 8 else ''} in the order they "
                     f"finished): a healthy model's loops differ prompt by prompt")
+    onset = onset_of(each)
+    if onset:
+        return (f"{UNDER_LOAD}: the last {onset[1]} of {len(outputs)} sampled outputs all loop on id {onset[0][0]}, "
+                f"which no earlier output of the level did: the server broke partway through the level")
     return None
