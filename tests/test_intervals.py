@@ -175,13 +175,13 @@ def test_the_kernels_pressure_file_is_read_as_seconds_stalled():
     assert sample.mem_available_mb and sample.mem_available_mb > 0
 
 
-def _judge(entry, runs, replicates: int, used: list | None = None) -> str:
-    """A floor verdict as the suite reaches it (judge/verdict.another_start): the first start, then more while the
+def _judge(entry, runs, max_starts: int, used: list | None = None) -> str:
+    """A floor verdict as the suite reaches it (judge/starts.another_start): the first start, then more while the
     floor is undecided, failed, or passed below the floor for all the starts allowed."""
     starts = [runs()]
     while True:
         v = check_floor(starts, entry, where="x", baseline_source="b", log_path=None)
-        if not another_start(v, len(starts), entry, replicates):
+        if not another_start(v, len(starts), entry, max_starts):
             if used is not None:
                 used.append(len(starts))
             if v.outcome == "inconclusive":
@@ -212,11 +212,11 @@ def test_simulated_false_alarms_and_power_of_the_floor(between, level_ci):
         bf, _ = calibration.calibrate(docs, isl=32, osl=32)
         j = int(rng.integers(6))
         entry = bf.entries("rr24-cds4", 8 * (j + 1))["sustained_output_tps"]
-        same = _judge(entry, lambda: run(mu[j]), replicates=3, used=used)
+        same = _judge(entry, lambda: run(mu[j]), max_starts=3, used=used)
         alarms += same == "regression"
         undecided += same == "inconclusive"
-        caught += _judge(entry, lambda: run(mu[j], drop=0.05), replicates=3) == "regression"
-        caught10 += _judge(entry, lambda: run(mu[j], drop=0.10), replicates=3) == "regression"
+        caught += _judge(entry, lambda: run(mu[j], drop=0.05), max_starts=3) == "regression"
+        caught10 += _judge(entry, lambda: run(mu[j], drop=0.10), max_starts=3) == "regression"
     print(f"between-start CV {between:.1%}, level CI ±{level_ci:.0%}: false regressions {alarms / trials:.2%}, "
           f"undecided after three starts {undecided / trials:.2%}, a 5% drop caught {caught / trials:.1%}, a 10% "
           f"drop {caught10 / trials:.1%}; starts per healthy level {np.mean(used):.2f}")
@@ -287,8 +287,8 @@ def test_a_pass_near_the_floor_is_measured_again_and_a_regression_is_confirmed_o
                   noise_df=15, within_cv=0.0149, taken_at="2026-12-01", source="s", sglperf_version="0")
     near = [result(value=2446.0 * 0.95, ci=2446.0 * 0.01)]
     v = check_floor(near, entry, where="p32 c64", baseline_source="b", log_path=None)
-    assert v.outcome == "pass" and another_start(v, 1, entry, replicates=3)
-    assert not another_start(v, 1, entry, replicates=1)
+    assert v.outcome == "pass" and another_start(v, 1, entry, max_starts=3)
+    assert not another_start(v, 1, entry, max_starts=1)
     high = [result(value=2446.0 * 1.01, ci=2446.0 * 0.01)]
     assert not another_start(check_floor(high, entry, where="x", baseline_source="b", log_path=None), 1, entry, 3)
     low = [result(value=2446.0 * 0.8, ci=20.0)] * 2

@@ -123,7 +123,7 @@ def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
 
 MAX_MEM_STALL_SHARE = 0.10  # tasks waiting for memory more than 10% of the window
 MAX_SWAP_IN_MB_S = 10.0  # where the kernel has no pressure information: sustained swap-ins
-STEAL_REASON = "disturbed: the hypervisor stole"  # how a steal disturbance begins (judge/verdict.beyond_steal reads it)
+STEAL_REASON = "disturbed: the hypervisor stole"  # how a steal disturbance begins (disturbance.beyond_steal reads)
 
 
 def steal_limit(wanted: float, share: float = 0.05) -> float:

@@ -42,7 +42,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     pooled with the profile's other levels (judge/noise.py), the calibration runs' own within-run part, and the
     tolerance that keeps false regressions at 1% per level. Levels invalid in any run are left out (and listed);
     each level's note says the smallest drop its floor catches in one server start and, where the profile allows
-    more (`starts`: its replicates; a level near its floor is measured again, judge/verdict.another_start), over
+    more (`starts`: its replicates; a level near its floor is measured again, judge/starts.another_start), over
     that many; with `target_drop`, how many runs would catch that one. `hosts`: run id -> host label, where the
     run files do not say (their fingerprint's host_id); with runs from 2+ hosts, the part of the noise that stays
     with a host is estimated (judge/noise.host_share) and a floor over several starts keeps it."""
@@ -161,7 +161,7 @@ def _caught(noise: Noise, metric: str, floor: float, starts: int, target_drop: f
         note += (f"; {target_drop:.0%} needs {more} runs" if more else
                  f"; no number of runs catches {target_drop:.0%} in {starts} server start"
                  f"{'s' if starts > 1 else ''} (between-start noise alone: measure more starts per level, "
-                 f"[measurement] replicates)")
+                 f"[measurement] max_starts)")
     return note
 
 
@@ -174,7 +174,7 @@ def run_hosts(runs: list[RunDoc], hosts: dict[str, str] | None = None) -> list[s
 
 
 def run_value(config, level: str, noise: Noise | None = None):
-    """A run's one value of a level for a calibration: its first server start that the floor keeps (judge/verdict.
+    """A run's one value of a level for a calibration: its first server start that the floor keeps (judge/starts.
     first_kept: undisturbed, not set aside as another mode of the server's start)."""
 
     return first_kept([config.levels[level], *config.replicates.get(level, [])], noise)

@@ -77,7 +77,7 @@ class Noise:
     def detectable(self, starts: int = 1, *, power: float = POWER, **kw) -> float:
         """The smallest drop a floor over `starts` starts catches with probability `power`: its interval wholly
         below the floor, or, at the last start allowed, its value below the bound for both noises together
-        (judge/verdict.check_floor), whichever catches the smaller."""
+        (judge/floor.check_floor), whichever catches the smaller."""
         own = 1.96 * self.within / math.sqrt(starts)  # the run's own half-width
         stays, fresh = self.parts()
         run_sd = math.sqrt(stays + (fresh + self.within ** 2) / starts)

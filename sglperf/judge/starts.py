@@ -66,18 +66,18 @@ def over_starts(starts: dict[int, list[LevelResult]], noise: dict) -> dict[int, 
     return out
 
 
-def another_start(v: FloorVerdict, starts: int, entry: Entry, replicates: int, *, disturbed: bool = False) -> bool:
-    """Whether a floor needs one more server start, where the profile's `replicates` allow it (the suite stops
+def another_start(v: FloorVerdict, starts: int, entry: Entry, max_starts: int, *, disturbed: bool = False) -> bool:
+    """Whether a floor needs one more server start, where the profile's `max_starts` allow it (the suite stops
     sooner when its budget is spent). Undecided: yes. A regression stands only over all the starts allowed: one
     start reads low often enough on a GPU. A pass before then must clear the floor for all the starts allowed, the
     highest: a drop that hides in one start's spread is caught by the mean of several, and a healthy level well
     above its floor still passes at once. The decision at
     the last start is the floor for that many starts (or check_floor's bound, `last`), so false regressions stay
     at that floor's rate."""
-    if starts >= replicates:
+    if starts >= max_starts:
         return False
     if v.outcome == "inconclusive" or (v.outcome == "regression" and not disturbed):
         return True
     if v.outcome == "pass" and v.value is not None:
-        return v.value - (v.ci95 or 0.0) < floor_of(entry, replicates)[0]
+        return v.value - (v.ci95 or 0.0) < floor_of(entry, max_starts)[0]
     return disturbed and v.outcome not in ("pass", "not judged")

@@ -196,8 +196,8 @@ class Suite(Servers):
         if spent + cost > m.start_budget_s:
             left = m.start_budget_s - spent
             for k in keys:
-                self.replicate_refused[k] = (f"a replicate of {', '.join(map(level_name, levels))} would take "
-                                             f"~{cost:.0f} s and the run has {left:.0f} s of its replicate budget "
+                self.replicate_refused[k] = (f"another start of {', '.join(map(level_name, levels))} would take "
+                                             f"~{cost:.0f} s and the run has {left:.0f} s of its start_budget_s "
                                              f"({m.start_budget_s:g} s) left")
             return None
         t0 = time.monotonic()
