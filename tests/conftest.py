@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -13,6 +14,18 @@ import pytest
 from sglperf.run.launch import LaunchSpec, Server, launch
 
 SIM = [sys.executable, "-m", "sglperf.sim"]
+# The tests that took 2 s or more on a 2-core host (setup, call and teardown together): they start servers, suites or
+# builds. `pytest tests -m "not slow"` is the edit loop; ci/list-slow-tests.py remakes the list from a --durations=0
+# log of the whole suite.
+SLOW = Path(__file__).with_name("slow.txt")
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = {ln.strip() for ln in SLOW.read_text().splitlines() if ln.strip() and not ln.startswith("#")} \
+        if SLOW.exists() else set()
+    for item in items:
+        if item.nodeid.split("[")[0] in slow:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

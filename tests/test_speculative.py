@@ -205,7 +205,7 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     c1 = json.loads(run.read_text())["configs"]["draft3"]["levels"]["1"]
     # 32 tokens, all drafts accepted: the prompt's pass gives 1, then passes of 4 (3 accepted + the target's own):
     # 9 passes, 3.56 a pass; a rare draft the target computes otherwise takes a little off
-    assert 3.3 < c1["acceptance_length"] <= 32 / 9 + 1e-9, c1
+    assert 3.3 < c1["acceptance_length"] <= round(32 / 9, 4), c1  # the run file keeps 4 decimals
     # the server's counters move when a request ends, as its output count does: within its 2% agreement
     assert abs(c1["acceptance_length"] / c1["server_accept_length"] - 1) < 0.02, "the client's is the server's"
     bfile = tmp_path / "baseline.json"

@@ -122,14 +122,14 @@ UNDER_LOAD = "output degenerate under load"  # the reason a level's outputs give
 # output both repeat a few ids (42 43 42 43 ... passed the one-id rules).
 MAX_PERIOD = 4
 # One id repeated over a whole output or its tail, the same id in at least SHARED_MIN sampled outputs and SHARED_SHARE
-# of them, is a broken server's signature: a healthy model's one-id loops differ prompt by prompt (real SGLang's
-# tiny random Llama: 0-4 of 7-52 outputs of a level, never two on one id), and a kernel gone wrong writes the same
-# id (zeros) into every output it touches. A cycle of 2-4 ids must be shared by half of them: a random-weight GLM MoE
-# on an H100 cycled on the same two ids (0 5709) in 15-25% of its outputs, healthy (docs/measurement.md).
+# of them, is a broken server's signature: a healthy model's one-id loops differ prompt by prompt, and a kernel gone
+# wrong writes the same id (zeros) into every output it touches. A cycle of 2-4 ids must be shared by half of them: a
+# random-weight MoE may cycle greedily on one pair in a quarter of its outputs, healthy. The outputs these rest on:
+# docs/measurement.md, "Round 5".
 SHARED_SHARE, SHARED_MIN, SHARED_CYCLE_SHARE = 0.1, 3, 0.5
 # An onset: the level's last samples, at least ONSET_MIN of them, all loop on one id that no earlier sample of the
 # level looped on: a server that broke partway through (zeros from some request on) is caught though a level samples
-# only one request in 8 (2 of 24 on a 2-core host); a model that ends its outputs so loops on it from the start.
+# only one request in 8; a model that ends its outputs so loops on it from the start.
 ONSET_MIN = 2
 
 
