@@ -10,6 +10,7 @@ and blanks every field named like a secret flag.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -57,6 +58,7 @@ def register(*values: str | None) -> None:
     _registered.update(v for v in values if v)
 
 
+@functools.lru_cache(maxsize=1)
 def _public_flags() -> frozenset[str]:
     """The flags of the servers the suite knows (the vendored SGLang flag lists) that hold no secret."""
     from pathlib import Path
