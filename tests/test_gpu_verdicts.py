@@ -92,3 +92,24 @@ def test_a_simulated_speed_up_is_in_the_summary_and_the_history_and_the_run_stay
     (line,) = read(tmp_path / "reports" / "history.jsonl")
     (level,) = [lv for lv in line["levels"] if lv["level"] == 8]
     assert level["faster"].startswith(f"{FASTER}: sim-ci/rr24-cds4 c8: ")
+
+
+def test_a_violation_one_start_shows_is_inconclusive_even_where_no_noise_lets_all_starts_be_judged():
+    """Without a baseline's between-start noise the levels cannot be judged over all their starts: the violation
+    start 3 showed stands alone, and with no start left to repeat it the plateau stays undecided, saying so."""
+    run = load_run(DATA / "false-violation-rr16.json")
+    ev = RecordedConfig(run, "rr16", None, profiles.load("gpu1-sglang-tiny"), source="none")
+    o = decide(Plateau((32, 64)), ev)
+    assert o.kind == "fail" and o.message.startswith("INCONCLUSIVE"), o.message
+    assert "that violation showed on server start 3 only, and no start was left to repeat it" in o.message
+
+
+def test_a_level_above_its_baseline_but_not_past_its_tolerance_is_no_news():
+    """c32 at 9,900 ± 100 tok/s against 8,578.9 and a tolerance of 23.7%: above, but inside baseline x 1.237."""
+    def higher(doc):
+        return doc.model_copy(update={"sustained_output_tps": 9900.0, "sustained_output_tps_ci95": 100.0})
+
+    ev = RecordedConfig(load_run(DATA / "faster-no-overlap.json"), "rr16", baselines.load(TINY),
+                        profiles.load("gpu1-sglang-tiny"), source=TINY.name, restate=higher)
+    o = decide(Floor(32), ev)
+    assert o.kind == "pass" and not [s for s in o.shown if s.startswith(FASTER)], o.shown
