@@ -189,7 +189,7 @@ def diff(old: dict, new: dict) -> list[tuple[str, object, object]]:
             if k in old and k in new and old.get(k) != new.get(k)]
 
 
-def describe_diff(old: dict, new: dict) -> str:
+def describe_diff(old: dict, new: dict, lead: str = "environment changed since the baseline") -> str:
     d = diff(old, new)
     if any(k == "server_args" for k, _, _ in d):  # the arguments themselves say more than their hash
         d = [x for x in d if x[0] != "server_args_hash"]
@@ -197,7 +197,7 @@ def describe_diff(old: dict, new: dict) -> str:
         d = [x for x in d if x[0] not in ("cpu", "cpu_count")]
     if not d:
         return ""
-    return "environment changed since the baseline: " + ", ".join(
+    return f"{lead}: " + ", ".join(
         f"server_args {args_change(str(a), str(b))}" if k == "server_args" else f"{k} {a} → {b}" for k, a, b in d)
 
 

@@ -187,3 +187,36 @@ def config_curve(name: str, results: dict[int, LevelResult], floors: dict[int, f
     ax.set_title(f"{name}: throughput vs concurrency")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def comparison(result) -> bytes:
+    """`sglperf compare`'s picture (judge/compare.Comparison): each level's throughput in both runs with its 95%
+    interval, and beside it the change with its interval against the ±margin band of no change."""
+    rows = result.levels
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.1 * len(rows) + 3), 7), sharex=True)
+    x = np.arange(len(rows))
+    for offset, label, pick in ((-0.12, f"A {result.run_a}", lambda c: c.a), (0.12, f"B {result.run_b}", lambda c: c.b)):
+        vals = [pick(c).value if pick(c).value is not None else np.nan for c in rows]
+        errs = [pick(c).ci95 or 0.0 for c in rows]
+        top.errorbar(x + offset, vals, yerr=errs, fmt="o", capsize=3, label=label)
+    top.set_ylabel("sustained output tokens / s")
+    top.legend(fontsize=8)
+    colours = {"SLOWER": "tab:red", "FASTER": "tab:green", "NO CHANGE": "tab:gray", "UNDECIDED": "tab:orange"}
+    for i, c in enumerate(rows):
+        if c.change is None:
+            bottom.annotate(c.verdict.lower(), (i, 0), ha="center", fontsize=8, color="tab:purple")
+            continue
+        colour = colours.get(c.verdict, "black")
+        bottom.errorbar([i], [100 * c.change], yerr=[[100 * (c.change - c.low)], [100 * (c.high - c.change)]],
+                        fmt="s", capsize=4, color=colour)
+        bottom.annotate(c.verdict.lower(), (i, 100 * c.high), xytext=(0, 4), textcoords="offset points",
+                        ha="center", fontsize=8, color=colour)
+    bottom.axhspan(-100 * result.margin, 100 * result.margin, color="tab:gray", alpha=0.15,
+                   label=f"no change (±{result.margin:.0%})")
+    bottom.axhline(0, color="black", lw=0.8)
+    bottom.set_ylabel("B vs A, % (95% interval)")
+    bottom.legend(fontsize=8, loc="lower left")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels([f"{c.config} {c.level}" for c in rows], rotation=30, ha="right")
+    top.set_title(f"sglperf compare: B {result.run_b} against A {result.run_a}")
+    return _png(fig)
