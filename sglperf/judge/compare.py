@@ -53,8 +53,8 @@ class LevelChange:
         return {"config": self.config, "level": self.level, "verdict": self.verdict, "change": self.change,
                 "change_low": self.low, "change_high": self.high, "why": self.why,
                 "between_start_noise": self.between_known,
-                "a": {"value": self.a.value, "ci95": self.a.ci95, "starts": self.a.starts, "invalid": list(self.a.invalid)},
-                "b": {"value": self.b.value, "ci95": self.b.ci95, "starts": self.b.starts, "invalid": list(self.b.invalid)}}
+                **{name: {"value": s.value, "ci95": s.ci95, "starts": s.starts, "invalid": list(s.invalid)}
+                   for name, s in (("a", self.a), ("b", self.b))}}
 
 
 @dataclass
@@ -107,8 +107,8 @@ def change(config: str, level: str, a: Side, b: Side, noise: Noise | None, margi
     error, within-run and between starts, in quadrature), t(0.975) on the noise's degrees of freedom."""
     for name, s in (("A", a), ("B", b)):
         if s.value is None:
-            return LevelChange(config, level, a, b, NOT_COMPARABLE,
-                               why=f"run {name} has no valid start at {level}: " + "; ".join(s.invalid or ("not measured",)))
+            why = f"run {name} has no valid start at {level}: " + "; ".join(s.invalid or ("not measured",))
+            return LevelChange(config, level, a, b, NOT_COMPARABLE, why=why)
     assert a.value is not None and b.value is not None
     if a.value <= 0 or b.value <= 0:
         return LevelChange(config, level, a, b, NOT_COMPARABLE, why="a value of zero has no ratio")
@@ -125,7 +125,8 @@ def change(config: str, level: str, a: Side, b: Side, noise: Noise | None, margi
     why = {SLOWER: "all of the interval below zero, past the margin",
            FASTER: "all of the interval above zero, past the margin",
            NO_CHANGE: f"all of the interval inside ±{margin:.0%}",
-           UNDECIDED: f"the interval straddles {'zero' if low < 0 < high else 'the margin'}: more starts would decide"}[v]
+           UNDECIDED: f"the interval straddles {'zero' if low < 0 < high else 'the margin'}: more starts would "
+                      "decide"}[v]
     if not known:
         why += "; within-run noise only (no calibrated between-start noise for this stack)"
     return LevelChange(config, level, a, b, v, chg, low, high, why, known)

@@ -195,7 +195,8 @@ def comparison(result) -> bytes:
     rows = result.levels
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.1 * len(rows) + 3), 7), sharex=True)
     x = np.arange(len(rows))
-    for offset, label, pick in ((-0.12, f"A {result.run_a}", lambda c: c.a), (0.12, f"B {result.run_b}", lambda c: c.b)):
+    for offset, label, pick in ((-0.12, f"A {result.run_a}", lambda c: c.a),
+                                (0.12, f"B {result.run_b}", lambda c: c.b)):
         vals = [pick(c).value if pick(c).value is not None else np.nan for c in rows]
         errs = [pick(c).ci95 or 0.0 for c in rows]
         top.errorbar(x + offset, vals, yerr=errs, fmt="o", capsize=3, label=label)
