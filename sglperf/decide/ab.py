@@ -60,7 +60,8 @@ class AB:
 
     def _over_starts(self, ev, prof, runs, noise) -> Outcome:
         judged, v = self._judge(ev, prof, runs, noise)
-        tried, shown = set(), []
+        tried: set[tuple[str, int]] = set()
+        shown: list[str] = []
         while v.unsure and not v.problems:
             wanted = [(c, lv) for c in runs for lv in v.undecided_levels]
             more = remeasure_least_precise(runs, judged, wanted, tried,
@@ -84,7 +85,7 @@ def remeasure_least_precise(runs: dict, judged: dict[str, dict], wanted, tried: 
     rel = {(c, lv): (judged[c][lv].sustained_output_tps_ci95 or 0.0) / judged[c][lv].sustained_output_tps
            for c, lv in wanted if (c, lv) not in tried and judged[c].get(lv) and judged[c][lv].sustained_output_tps}
     while rel:
-        c, lv = max(rel, key=rel.get)
+        c, lv = max(rel, key=lambda k: rel[k])
         more = runs[c].replicate(lv, f"{why}; {c} {level_name(lv)} is its least precise level "
                                      f"(±{rel.pop((c, lv)):.1%})")
         if more is None:

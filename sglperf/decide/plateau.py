@@ -48,7 +48,7 @@ class Plateau:
 
     def _over_starts(self, ev, past, results) -> Outcome:
         band = ev.profile.measurement.plateau_band
-        v, shown = check_plateau(results, ev.ceiling, band=band), []
+        v, shown = check_plateau(results, ev.ceiling, band=band), list[str]()
         beyond = [lv for lv in past if lv > ev.ceiling.effective]
         compared = beyond if len(beyond) >= 2 else past
         # a violation must show on two starts (the plateau is physics and repeats; a drifting host does not): one

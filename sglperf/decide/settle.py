@@ -49,8 +49,8 @@ def settle_over_starts(verdicts, starts, *, where: str, against: str, note: str 
                           disturbed=[slow_host.words()] + [d for r in starts for d in r.disturbances])
         return Outcome.fail("\n".join(v.failure(where) for v in failing if beyond_host(v, slow_host.share))
                             + f"\n({slow_host.words()}; this drop is more than that)")
-    shares = [beyond_steal(v, starts) for v in failing]
-    if failing and not kept and None not in shares:
+    shares = [x for v in failing if (x := beyond_steal(v, starts)) is not None]
+    if failing and not kept and len(shares) == len(failing):
         return Outcome.fail("\n".join(v.failure(where) for v in failing)
                             + f"\n(every start was disturbed, and steal alone disturbed them: the hypervisor took at "
                               f"most {max(shares):.0%} of the CPU the work wanted, which explains a drop of at most "

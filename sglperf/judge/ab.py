@@ -43,8 +43,9 @@ def _ab_noise(b: LevelResult, t: LevelResult, bn, tn, kb: int = 1, kt: int = 1) 
     """(within-run, between-start) relative SDs of log(tuned / base) at one level: the two levels' own intervals,
     and the two servers' start-to-start noise where a baseline measured it (judge/noise.py), for the `kb` and `kt`
     starts each level's value is the mean of."""
-    within = math.hypot((b.sustained_output_tps_ci95 or 0) / b.sustained_output_tps,
-                        (t.sustained_output_tps_ci95 or 0) / t.sustained_output_tps) / 1.96
+    bv, tv = b.sustained_output_tps, t.sustained_output_tps
+    assert bv and tv, "the A/B compares measured levels only"
+    within = math.hypot((b.sustained_output_tps_ci95 or 0) / bv, (t.sustained_output_tps_ci95 or 0) / tv) / 1.96
     return within, math.hypot(_between(bn, kb), _between(tn, kt))
 
 

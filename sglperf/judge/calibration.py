@@ -5,6 +5,8 @@ profile's levels (judge/noise.py), the within-run part, the host's part and a re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import math
 from scipy import stats
 from ..records import METRICS, Rate, half_width, level_name, value_format
@@ -91,10 +93,11 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
         notes.append(f"{cname} {_name(runs, lv)}: mean {mean:{value_format(metric)}}, {note}")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
     speed = runs_host_speed(runs)
+    hardware = runs[0].hardware_class or ""
     if speed is not None:
-        notes.append(host_speed_note(speed, runs[0].hardware_class))
-    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=runs[0]
-                        .hardware_class, isl=isl, osl=osl, description=f"calibrated from {len(runs)} runs",
+        notes.append(host_speed_note(speed, hardware))
+    return BaselineFile(schema_version=SCHEMA_VERSION, profile=runs[0].profile, hardware_class=hardware, isl=isl,
+                        osl=osl, description=f"calibrated from {len(runs)} runs",
                         configs=out, pooled=pooled, host_speed=speed, open_loop=runs[0].open_loop), notes
 
 
@@ -133,8 +136,8 @@ def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
 
 def _hosts_part(runs: list[RunDoc], hosts, keep: dict, notes: list[str]) -> tuple[float, int]:
     """(the host's part of the run-to-run noise as an SD, how many hosts), where every run says its host."""
-    labels = run_hosts(runs, hosts)
-    if not all(labels):
+    labels = [h for h in run_hosts(runs, hosts) if h]
+    if len(labels) < len(runs):
         notes.append("hosts: not known for every run (no host_id in their fingerprints; --host LABEL:RUN_ID,...): "
                      "the noise is taken as all between starts")
         return 0.0, 0
@@ -202,7 +205,7 @@ def run_restarts(runs: list[RunDoc], levels, metric: str = "sustained_output_tps
     return out
 
 
-def pool_restarts(parts: list[tuple[float | None, float | None] | None]) -> tuple[float, float] | None:
+def pool_restarts(parts: Sequence[tuple[float | None, float | None] | None]) -> tuple[float, float] | None:
     """(SD, df) of restart estimates pooled by their degrees of freedom; None where none was measured."""
     known = [(sd, df) for p in parts if p and (sd := p[0]) is not None and (df := p[1])]
     if not known:
@@ -243,8 +246,7 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
         raise BaselineError(f"--extend needs runs of {old.profile} on {old.hardware_class!r}, the baseline's; got "
                             f"profiles {sorted({r.profile for r in runs})} and hardware classes "
                             f"{sorted(map(str, {r.hardware_class for r in runs}))}")
-    labels = run_hosts(runs, hosts)
-    known = [h for h in labels if h]
+    known = [h for h in run_hosts(runs, hosts) if h]
     taken = {x.strip() for lvls in old.configs.values() for ms in lvls.values() for e in ms.values()
              for x in e.source.removeprefix("runs ").split(",")}
     if twice := [r.run_id for r in runs if r.run_id in taken]:
@@ -252,20 +254,21 @@ def extend(old: BaselineFile, runs: list[RunDoc], *, metric: str = "sustained_ou
                             f"counted twice would halve its noise")
     grown = _grown_levels(old, runs, metric, notes)
     s0, d0 = prior([g[3] / g[4] for g in grown.values()], [g[4] for g in grown.values()])
-    restart = pool_restarts([(g[0].restart_cv, g[0].restart_df) for g in grown.values()][:1]
-                            + [restart_share(run_restarts(runs, list(grown), metric,
-                                                          {k: noise_of(g[0]) for k, g in grown.items()}))])
+    restart = pool_restarts([*[(g[0].restart_cv, g[0].restart_df) for g in grown.values()][:1],
+                             restart_share(run_restarts(runs, list(grown), metric,
+                                                        {k: noise_of(g[0]) for k, g in grown.items()}))])
     notes.append(restart_note(restart))
     out: dict[str, dict[str, dict[str, Entry]]] = {}
     for (cname, lv), (e, vals, rel_se, ss, df_own) in grown.items():
         noise = noise_of(e)
+        assert noise is not None, "_grown_levels keeps calibrated levels only"
         n0, n = e.runs, len(vals)
         var, df = moderate(ss / df_own, df_own, s0, d0)
         cv = math.sqrt(var)
         fit = sum((math.log(v / e.value)) ** 2 for v in vals) / n / noise.cv ** 2  # the new runs, the old noise
         p_fit = float(stats.f.sf(fit, n, noise.df))
         within = math.sqrt((n0 * noise.within ** 2 + n * typical_within(rel_se, cv) ** 2) / (n0 + n))
-        host, n_hosts = _host_after(noise, labels if len(known) == len(runs) else None, vals, (cname, lv))
+        host, n_hosts = _host_after(noise, known if len(known) == len(runs) else None, vals, (cname, lv))
         now = Noise(cv, df, within, n0 + n, min(host, cv), n_hosts, restart[0] if restart else None)
         tol = now.tolerance(floor=floor)
         mean = (n0 * e.value + sum(vals)) / (n0 + n)  # arithmetic, as calibrate's
@@ -309,11 +312,12 @@ def _grown_levels(old: BaselineFile, runs: list[RunDoc], metric: str, notes: lis
         for lv, metrics in lvls.items():
             e = metrics.get(metric)
             noise = noise_of(e) if e is not None else None
-            if noise is None or e.runs < 2:
+            if e is None or noise is None or e.runs < 2:
                 if e is not None:
                     notes.append(f"{cname} {_name(runs, lv)}: kept as it is: not calibrated (no noise to extend)")
                 continue
-            vals, rel_se = [], []
+            vals: list[float] = []
+            rel_se: list[float] = []
             for r in runs:
                 c = r.configs.get(cname)
                 res = run_value(c, lv, noise) if c is not None and lv in c.levels else None

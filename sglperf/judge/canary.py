@@ -8,6 +8,8 @@ Pure functions over CanaryOutputs: nothing here knows HTTP or pytest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -71,13 +73,13 @@ def degenerate(out: CanaryOutput, rules: CanaryRules, vocab: int | None) -> str 
                     f"{quote(ids)}")
     elif out.text is not None:  # no ids (an OpenAI server): the same rules on its words
         words = out.text.split()
-        top, n = Counter(words).most_common(1)[0]
+        word, n = Counter(words).most_common(1)[0]
         if len(words) > 1 and (len(set(words)) < rules.min_distinct or n / len(words) > rules.max_top_share):
-            return f"word {top!r} is {n} of {len(words)} words in {out.text[:120]!r}"
+            return f"word {word!r} is {n} of {len(words)} words in {out.text[:120]!r}"
     return None
 
 
-def first_difference(got: tuple[int, ...], want: tuple[int, ...], n: int) -> int | None:
+def first_difference(got: Sequence[int | str], want: Sequence[int | str], n: int) -> int | None:
     """The first position among the first n where the two differ, or None where they agree."""
     for i in range(min(n, max(len(got), len(want)))):
         if i >= len(got) or i >= len(want) or got[i] != want[i]:
@@ -94,7 +96,7 @@ def check_canary(outputs: list[CanaryOutput], rules: CanaryRules, *, vocab: int 
     bad = [f"prompt {i}: {why}" for i, o in enumerate(outputs) if (why := degenerate(o, rules, vocab))]
     if bad:
         return CanaryVerdict("degenerate", tuple(bad), lines)
-    wrong = [f"prompt {i}: {o.text[:120]!r} does not match /{rx}/" for i, (o, rx) in
+    wrong = [f"prompt {i}: {(o.text or '')[:120]!r} does not match /{rx}/" for i, (o, rx) in
              enumerate(zip(outputs, expect or [])) if rx and not re.search(rx, o.text or "")]
     if wrong:
         return CanaryVerdict("wrong", tuple(wrong), lines)

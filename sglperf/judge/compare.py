@@ -109,16 +109,16 @@ def change(config: str, level: str, a: Side, b: Side, noise: Noise | None, margi
         if s.value is None:
             why = f"run {name} has no valid start at {level}: " + "; ".join(s.invalid or ("not measured",))
             return LevelChange(config, level, a, b, NOT_COMPARABLE, why=why)
-    assert a.value is not None and b.value is not None
-    if a.value <= 0 or b.value <= 0:
+    va, vb = a.value or 0.0, b.value or 0.0
+    if va <= 0 or vb <= 0:
         return LevelChange(config, level, a, b, NOT_COMPARABLE, why="a value of zero has no ratio")
-    var = sum(((s.ci95 or 0.0) / 1.96 / s.value) ** 2 for s in (a, b))
+    var = ((a.ci95 or 0.0) / 1.96 / va) ** 2 + ((b.ci95 or 0.0) / 1.96 / vb) ** 2
     between = [between_var(noise, s.starts) for s in (a, b)]
     known = None not in between
     if known:
         var += sum(x for x in between if x is not None)
     t = float(stats.t.ppf(0.975, max(noise.df, 1.0))) if known and noise is not None else 1.96
-    ratio = math.log(b.value / a.value)
+    ratio = math.log(vb / va)
     half = t * math.sqrt(var)
     chg, low, high = math.expm1(ratio), math.expm1(ratio - half), math.expm1(ratio + half)
     v = verdict(chg, low, high, margin)

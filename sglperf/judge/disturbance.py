@@ -35,8 +35,8 @@ def beyond_steal(v, starts: list) -> float | None:
     interval lies wholly further below its floor than STEAL_COST times that share: a drop no steal of that size
     explains, which stays a regression on a disturbed host (the starts behind STEAL_COST: tests/data/gpu,
     docs/measurement.md). None otherwise."""
-    shares = [stolen_share(r) for r in starts]
-    if v.outcome != "regression" or v.value is None or not shares or None in shares:
+    shares = [x for r in starts if (x := stolen_share(r)) is not None]
+    if v.outcome != "regression" or v.value is None or not shares or len(shares) < len(starts):
         return None
     s = max(shares)
     return s if v.value + (v.ci95 or 0.0) < v.floor * (1 - STEAL_COST * s) else None

@@ -91,9 +91,9 @@ def weights(levels: list[LevelResult], metric: str, noise=None) -> list[float]:
     the between-start noise's together (the random-effects mean, with the baseline's between-start CV as the
     between-start variance). Starts as precise as each other weigh the same; a start with a dip in its window weighs
     less, so one imprecise start does not leave the level undecided."""
-    values = [getattr(r, metric) for r in levels]
-    halves = [half_width(r, metric) for r in levels]
-    if len(levels) < 2 or any(h is None for h in halves) or any(v is None for v in values):
+    values = [v for r in levels if (v := getattr(r, metric)) is not None]
+    halves = [h for r in levels if (h := half_width(r, metric)) is not None]
+    if len(levels) < 2 or len(halves) < len(levels) or len(values) < len(levels):
         return [1.0] * len(levels)
     mean = sum(values) / len(values)
     tau2 = ((noise.between if noise is not None else 0.0) * mean) ** 2
@@ -122,8 +122,8 @@ def combined(levels: list[LevelResult], metric: str, noise=None) -> tuple[float 
         return None, None
     n, w = len(values), weights(levels, metric, noise)
     mean = sum(x * v for x, v in zip(w, values)) / sum(w)
-    halves = [half_width(r, metric) for r in levels]
-    half = None if any(h is None for h in halves) else math.sqrt(sum((x * h) ** 2 for x, h in zip(w, halves))) / sum(w)
+    halves = [h for r in levels if (h := half_width(r, metric)) is not None]
+    half = None if len(halves) < n else math.sqrt(sum((x * h) ** 2 for x, h in zip(w, halves))) / sum(w)
     if n >= 2 and mean:
         observed = sum((v - mean) ** 2 for v in values) / (n - 1)
         cv, between, df = (noise.cv, noise.between, noise.df) if noise is not None else (0.0, 0.0, 0.0)
@@ -219,7 +219,7 @@ def check_floor(level: LevelResult | list[LevelResult], entry: Entry, *, where: 
     msg += decided
     if outcome == "inconclusive":
         msg += "; the 95% interval straddles the floor"
-        if slack and value - (ci or 0) < floor:
+        if slack and value is not None and value - (ci or 0) < floor:
             msg += (f" (the simulator ran {slack:.1%} late against its own step times: that much of the drop may be "
                     f"the host's)")  # over the disturbance limit the level is INVALID, and that message says so
     stolen = max(steal_share(r) for r in starts)

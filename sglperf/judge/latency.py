@@ -76,7 +76,7 @@ def ceiling_outcome(lo: float | None, hi: float | None, ceiling: float) -> str:
 def window_records(records: list[RequestRecord], r: LevelResult) -> list[RequestRecord]:
     """The requests the level's latency summaries describe: successful ones sent inside its window."""
     ok = [x for x in records if x.ok]
-    if r.window_start is None:
+    if r.window_start is None or r.window_end is None:
         return ok
     inside = [x for x in ok if r.window_start <= x.send_time < r.window_end]
     return inside or ok
@@ -102,8 +102,10 @@ def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where:
     """One latency entry (value, tolerance: ceiling = value x (1 + tolerance)) against the level's requests."""
     m = METRICS[entry.metric]
     series, q = m.series, m.stat
+    assert series is not None and q is not None, f"{entry.metric} is not a latency metric"
+    quantile = 0.5 if q == "mean" else float(q)
     values = latency_values(window_records(records, r))[series]
-    est, lo, hi = mean_interval(values) if q == "mean" else percentile_interval(values, q)
+    est, lo, hi = mean_interval(values) if q == "mean" else percentile_interval(values, quantile)
     ceiling = entry.ceiling
     n = len(values)
 
@@ -119,7 +121,7 @@ def check_ceiling(records: list[RequestRecord], r: LevelResult, entry, *, where:
                               body + "; past the KV ceiling requests queue by design: recorded, not judged")
     outcome = ceiling_outcome(lo, hi, ceiling)
     if outcome == "inconclusive" and hi is None:
-        what, need = ("mean", MIN_FOR_MEAN) if q == "mean" else (f"p{q * 100:g}", min_requests(q))
+        what, need = ("mean", MIN_FOR_MEAN) if q == "mean" else (f"p{quantile * 100:g}", min_requests(quantile))
         body += f"; {n} are too few for an upper end of the {what} interval (it needs {need}): give the level more time"
     elif outcome == "inconclusive":
         body += "; the 95% interval straddles the ceiling: re-run, or give the level more time"

@@ -50,7 +50,7 @@ class Noise:
         """What differs between server starts alone: the run-to-run variance less the runs' own within-run part."""
         return math.sqrt(max(0.0, self.cv ** 2 - self.within ** 2))
 
-    def spread(self, starts: int = 1) -> float:
+    def spread(self, starts: float = 1) -> float:
         """Relative SD of (a run of `starts` starts, less the baseline value), its within-run part left out: that
         part is the run's own interval, which the verdict uses beside the floor. A run on another host keeps the
         host's part whatever its starts; the baseline's mean carries it once per calibration host."""
@@ -69,7 +69,7 @@ class Noise:
             fresh = min(fresh, self.restart ** 2)
         return max(host2, b2 - fresh), fresh
 
-    def tolerance(self, starts: int = 1, *, false_alarm: float = FALSE_ALARM, floor: float = MIN_TOLERANCE) -> float:
+    def tolerance(self, starts: float = 1, *, false_alarm: float = FALSE_ALARM, floor: float = MIN_TOLERANCE) -> float:
         """The floor's distance below the baseline for a run of `starts` server starts: a one-sided prediction bound,
         t(1 - false_alarm, df) x spread, never below `floor`."""
         return max(floor, float(stats.t.ppf(1 - false_alarm, max(self.df, 1.0))) * self.spread(starts))

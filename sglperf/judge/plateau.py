@@ -163,7 +163,9 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
     starts are compared, over_starts puts that noise in)."""
     levels = sorted(results)
     past = [lv for lv in levels if lv >= ceiling.effective]
-    lines, problems, unsure = [], [], []
+    lines: list[str] = []
+    problems: list[str] = []
+    unsure: list[str] = []
     if not past:
         return PlateauVerdict(False, ceiling, None, None, (), (),
                               (f"no level at or past the predicted ceiling {ceiling.effective} (levels {levels})",))
@@ -179,7 +181,8 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
                      f"requests wait)")
     ref_v = results[ref].sustained_output_tps
     attributed = None
-    set_aside, disturbed = [], {}
+    set_aside: list[str] = []
+    disturbed: dict[int, str] = {}
     for lv in judged:
         r = results[lv]
         v = r.sustained_output_tps
