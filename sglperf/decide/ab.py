@@ -11,6 +11,7 @@ from ..categories import INVALID
 from ..judge.ab import check_ab
 from ..judge.starts import judged_start, starts_judged
 from ..store.recorder import ABDoc
+from .evidence import SessionEvidence
 from .outcome import Outcome
 from .settle import settle
 from ..records import level_name
@@ -23,15 +24,16 @@ class AB:
 
     profile: str  # the profile as the session names it: its name or the path it was given
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: SessionEvidence) -> Outcome:
         prof = ev.profile(self.profile)
         if prof.ab is None:
             return Outcome.skip(f"profile {prof.name} declares no [ab] pair")
-        runs = {name: ev.config_run(prof.name, name) for name in (prof.ab.base, prof.ab.tuned)}
+        found = {name: ev.config_run(prof.name, name) for name in (prof.ab.base, prof.ab.tuned)}
+        runs = {name: r for name, r in found.items() if r is not None}
         levels = ev.levels(prof)
         res = {c: ev.results(prof.name, c) for c in runs}
         missing = [f"{c} {level_name(lv)}" for c in runs for lv in levels if lv not in res[c]]
-        if missing or not all(runs.values()):
+        if missing or len(runs) < len(found):
             return Outcome.skip(f"A/B needs both configs measured in this session; missing: "
                                 f"{', '.join(missing) or 'servers'}")
         wrong = [f for r in runs.values() if (f := r.canary_failure("A/B"))]

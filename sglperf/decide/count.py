@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..judge.count import COUNT_WORDS
+from .evidence import Evidence
 from .outcome import Outcome
 from .settle import settle
 from ..records import level_name
@@ -15,7 +16,7 @@ from ..records import level_name
 class ServerCount:
     level: int
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         m = ev.measure(self.level)
         r = m.result
         counted_wrong = any(COUNT_WORDS in x for x in r.invalid_reasons)  # the level is invalid for this claim

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..judge.count import CountVerdict, check_server_count
+from ..judge.noise import Noise
+from ..judge.noise import of as noise_of
+from ..judge.starts import over_starts
+from ..records import LevelResult
+
 
 class Evidence(Protocol):
     name: str  # the config
@@ -51,3 +57,48 @@ class Evidence(Protocol):
     def record_plateau(self, doc) -> None: ...  # the plateau's verdict into the run file
 
     def record_faster(self, level: int, text: str) -> None: ...  # a level faster than its baseline: news
+
+
+class SessionEvidence(Protocol):
+    """What the profile-wide A/B is decided on: the session, both configs' servers (each an Evidence), their levels
+    and their starts. run/session.Suite live, decide/replay.RecordedRun replayed."""
+
+    def profile(self, name: str) -> Any: ...  # run/profiles.Profile
+
+    def config_run(self, profile: str, config: str) -> Evidence | None: ...
+
+    def levels(self, profile) -> list[int]: ...
+
+    def results(self, profile: str, config: str) -> dict[int, LevelResult]: ...  # each level's first start
+
+    def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]: ...  # every start of each level
+
+    def record_ab(self, profile, doc) -> None: ...
+
+
+# What every Evidence answers the same way, live or replayed: computed here once, so run/servers.ConfigRun and
+# decide/replay.RecordedConfig cannot drift apart (they held two copies of each).
+
+def baseline_noise(bf, config: str, levels) -> dict[int, Noise]:
+    """The between-start noise the baseline `bf` calibrated for `config`'s levels (judge/noise.py), where it did."""
+    out = {}
+    for lv in levels:
+        e = bf.entries(config, lv).get("sustained_output_tps") if bf else None
+        if e is not None and (n := noise_of(e)) is not None:
+            out[lv] = n
+    return out
+
+
+def levels_over_starts(bf, config: str, starts: dict[int, list[LevelResult]], levels: list[int]
+                       ) -> dict[int, LevelResult] | None:
+    """`levels` over all their server starts with the baseline's between-start noise (judge/starts.over_starts), or
+    None where the baseline calibrated none."""
+    if bf is None:
+        return None
+    return over_starts({lv: starts[lv] for lv in levels if lv in starts}, baseline_noise(bf, config, levels))
+
+
+def server_count(ev, r: LevelResult) -> CountVerdict:
+    """The client's sustained tok/s against the server's own count over the same window (judge/count.py)."""
+    return check_server_count(r, where=ev.where, tolerance=ev.profile.measurement.server_agreement,
+                              cap=ev.ceiling.effective if ev.ceiling else None)

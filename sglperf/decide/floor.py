@@ -12,6 +12,7 @@ from ..environment import fingerprint
 from ..judge.floor import check_floor, faster
 from ..judge.latency import check_ceiling, over_starts, verdict_over_starts
 from ..judge.starts import another_start
+from .evidence import Evidence
 from .outcome import Outcome
 from .settle import settle, settle_over_starts
 from ..records import level_name
@@ -62,7 +63,7 @@ class Floor:
 
     level: int
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         level, starts = self.level, ev.level_starts(self.level)
         bf, path = ev.baseline()
         failure = ev.level_failure(starts[0])
@@ -158,7 +159,7 @@ class LatencyCeilings:
 
     level: int
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         level = self.level
         bf, path = ev.baseline()
         entries = [e for e in (bf.entries(ev.name, level).values() if bf else []) if e.is_latency]

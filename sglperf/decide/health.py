@@ -7,8 +7,9 @@ import math
 from dataclasses import dataclass, replace
 
 from ..categories import INFRA, INVALID, Category
-from ..judge.canary import UNDER_LOAD, check_under_load
+from ..judge.canary import UNDER_LOAD, CanaryRules, CanaryVerdict, check_canary, check_under_load
 from ..records import LevelResult, level_name
+from .evidence import Evidence
 from .outcome import Outcome
 
 
@@ -16,7 +17,7 @@ from .outcome import Outcome
 class RequestHealth:
     level: int
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         m = ev.measure(self.level)
         r, where = m.result, f"{ev.where} {level_name(self.level)}"
         if r.incomplete:
@@ -96,7 +97,19 @@ def outputs_checked(run, meas, r: LevelResult) -> LevelResult:
     words: never a pass, a history point or a candidate, and its run is withheld as a failed canary's is."""
     c = run.profile.canary
     outputs = [rec.output_ids for rec in meas.records if rec.output_ids and not rec.error]
-    why = check_under_load(outputs, c.rules(), c.output_len, run.vocab_size) if c.enabled and outputs else None
+    why = check_under_load(outputs, canary_rules(c), c.output_len, run.vocab_size) if c.enabled and outputs else None
     if why is None:
         return r
     return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))
+
+
+def canary_rules(section) -> CanaryRules:
+    """The degenerate-output rules of a profile's [canary] section (run/profiles.CanarySection)."""
+    return CanaryRules(section.max_top_share, section.min_distinct, section.compare_tokens)
+
+
+def judge_canary(outputs, section, *, vocab: int | None, expected, env_diff: str = "") -> CanaryVerdict:
+    """The output canary decided: degenerate, wrong against the profile's known answers, or changed against the
+    baseline's outputs (`expected`) on this hardware class (judge/canary.check_canary)."""
+    return check_canary(outputs, canary_rules(section), vocab=vocab, expected=expected, expect=section.expect,
+                        env_diff=env_diff)

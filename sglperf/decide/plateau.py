@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..categories import INFRA, INVALID
-from ..judge.plateau import check_plateau
+from ..judge.plateau import check_plateau, compared_levels
 from ..store.recorder import PlateauDoc
+from .evidence import Evidence
 from .outcome import Outcome
 from .settle import settle
 from ..records import Rate, level_name
@@ -22,7 +23,7 @@ class Plateau:
 
     levels: tuple[int, ...]
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         if any(isinstance(lv, Rate) for lv in self.levels):
             return Outcome.skip(f"{ev.where}: an open-loop ladder (offered rates) puts no number of requests past the "
                                 f"ceiling: its plateau is judged on a concurrency ladder")
@@ -38,8 +39,8 @@ class Plateau:
             r = ev.measure(lv).result
             if r.incomplete:
                 return Outcome.fail(f"{INFRA}: {ev.where} {level_name(lv)}: {r.note}")
-            if ev.canary_failure("plateau"):
-                return Outcome.fail(ev.canary_failure("plateau"))
+            if wrong := ev.canary_failure("plateau"):
+                return Outcome.fail(wrong)
             if not r.valid:
                 return Outcome.fail(f"{INVALID}: cannot judge the plateau: {level_name(lv)} is invalid: "
                                     f"{'; '.join(r.invalid_reasons)}")
@@ -49,8 +50,7 @@ class Plateau:
     def _over_starts(self, ev, past, results) -> Outcome:
         band = ev.profile.measurement.plateau_band
         v, shown = check_plateau(results, ev.ceiling, band=band), list[str]()
-        beyond = [lv for lv in past if lv > ev.ceiling.effective]
-        compared = beyond if len(beyond) >= 2 else past
+        compared = compared_levels(past, ev.ceiling)
         # a violation must show on two starts (the plateau is physics and repeats; a drifting host does not): one
         # seen on a start with none left to repeat it is undecided, never declared
         seen = [ev.starts] if v.outcome == "violated" else []  # the starts whose levels read a violation

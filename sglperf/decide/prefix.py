@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..categories import PREFIX_CACHE
 from ..judge.floor import check_floor
 from .floor import no_baseline, other_workload
+from .evidence import Evidence
 from .outcome import Outcome
 from ..records import level_name
 
@@ -26,7 +27,7 @@ class PrefixCache:
 
     level: int
 
-    def decide(self, ev) -> Outcome:
+    def decide(self, ev: Evidence) -> Outcome:
         m = ev.measure(self.level)
         r, where = m.result, f"{ev.where} {level_name(self.level)}"
         failure = ev.level_failure(m)

@@ -9,10 +9,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..categories import Category
-from ..judge.count import check_server_count
-from ..judge.noise import of as noise_of
-from ..judge.starts import over_starts
 from ..records import Ceiling, LevelResult, Rate
+from . import evidence
+from .evidence import Evidence, SessionEvidence
 from .health import canary_words, start_failure
 
 
@@ -146,22 +145,14 @@ class RecordedConfig:
         return start_failure(self.where, m.result, None, self.canary_failure(f"{m.result.name}"))
 
     def noise(self, config: str, levels) -> dict:
-        out = {}
-        for lv in levels:
-            e = self.bf.entries(config, lv).get("sustained_output_tps") if self.bf else None
-            if e is not None and noise_of(e) is not None:
-                out[lv] = noise_of(e)
-        return out
+        return evidence.baseline_noise(self.bf, config, levels)
 
     def over_starts(self, levels: list[int]):
-        if self.bf is None:
-            return None
         starts = {lv: [s.result for s in self.level_starts(lv)] for lv in levels}
-        return over_starts(starts, self.noise(self.name, levels))
+        return evidence.levels_over_starts(self.bf, self.name, starts, levels)
 
     def server_count(self, r):
-        return check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
-                                  cap=self.ceiling.effective if self.ceiling else None)
+        return evidence.server_count(self, r)
 
     def record_plateau(self, doc) -> None:
         self.recorded["plateau"] = doc
@@ -198,3 +189,9 @@ class RecordedRun:
 
     def record_ab(self, profile, doc) -> None:
         self.recorded["ab"] = doc
+
+
+def _conforms(config: RecordedConfig, run: RecordedRun) -> tuple[Evidence, SessionEvidence]:
+    """Never called: the type checker holds the replayed evidence to the Protocols here, as run/servers.py and
+    run/session.py hold the live one."""
+    return config, run

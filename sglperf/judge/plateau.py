@@ -40,12 +40,20 @@ def plateau_share(band: float, baseline_means: Iterable[float]) -> float:
     return min(PLATEAU_SHARE_MAX, max(PLATEAU_SHARE, widest))
 
 
+def compared_levels(levels, ceiling: Ceiling | None) -> list[int]:
+    """The levels the plateau compares, defined here once: those past the ceiling where two or more lie past it,
+    else those at or past it (with two beyond, the level exactly at the ceiling is left out: it may sit on the
+    knee)."""
+    if ceiling is None:
+        return []
+    past = sorted(lv for lv in levels if lv >= ceiling.effective)
+    beyond = [lv for lv in past if lv > ceiling.effective]
+    return beyond if len(beyond) >= 2 else past
+
+
 def plateau_compares(level: int, ceiling: Ceiling | None, levels) -> bool:
-    """Whether check_plateau compares `level` with its neighbours: past the ceiling, or at it where fewer than two
-    of `levels` lie beyond (with two beyond, the level exactly at the ceiling is left out)."""
-    if ceiling is None or level < ceiling.effective:
-        return False
-    return level > ceiling.effective or sum(lv > level for lv in levels) < 2
+    """Whether check_plateau compares `level` with its neighbours (compared_levels)."""
+    return level in compared_levels(levels, ceiling)
 
 
 def decides_plateau_level(floor: float, band: float, earlier: Iterable[LevelResult] = (),
@@ -170,10 +178,11 @@ def check_plateau(results: dict[int, LevelResult], ceiling: Ceiling, *, band: fl
         return PlateauVerdict(False, ceiling, None, None, (), (),
                               (f"no level at or past the predicted ceiling {ceiling.effective} (levels {levels})",))
     beyond = [lv for lv in past if lv > ceiling.effective]
-    judged = beyond if len(beyond) >= 2 else past
+    judged = compared_levels(levels, ceiling)
+    two_beyond = len(beyond) >= 2  # then the judged levels are those beyond
     calm = [lv for lv in judged if not results[lv].disturbances] or judged
-    ref = min(calm, key=lambda lv: _rel_ci(results[lv])) if judged is beyond else past[0]
-    if judged is beyond and past[0] not in beyond:
+    ref = min(calm, key=lambda lv: _rel_ci(results[lv])) if two_beyond else past[0]
+    if two_beyond and past[0] not in beyond:
         at = results[past[0]].sustained_output_tps
         lines.append(f"  {level_name(past[0])}: sustained {_f(at, ',.1f')} tok/s, exactly at the ceiling: not "
                      f"judged (a closed "

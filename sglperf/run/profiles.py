@@ -274,11 +274,6 @@ class CanarySection(Strict):
     # Costs one server start per config.
     restart_after: bool = False
 
-    def rules(self):
-        from ..judge.canary import CanaryRules
-
-        return CanaryRules(self.max_top_share, self.min_distinct, self.compare_tokens)
-
     def prompt_ids(self, low: int, high: int) -> list[list[int]]:
         import numpy as np
 

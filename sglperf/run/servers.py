@@ -27,11 +27,8 @@ from ..redact import api_key_from_env, check_api_key, secrets
 from ..store.recorder import ServerDoc
 from ..store.rundoc import CanaryDoc
 from ..records import Ceiling, LevelResult
-from ..judge import count
-from ..judge.starts import over_starts as over_all_starts
-from ..judge.noise import Noise
-from ..judge.noise import of as noise_of
-from ..judge.canary import CanaryVerdict, check_canary
+from ..decide import evidence
+from ..decide.health import CanaryVerdict, judge_canary
 
 
 
@@ -141,8 +138,7 @@ class ConfigRun:
         bf, _ = self.baseline()
         if bf is None or self.host_outside(bf):
             return None
-        starts = self.suite.starts(self.profile.name, self.name)
-        return over_all_starts({lv: starts[lv] for lv in levels if lv in starts}, self.noise(self.name, levels))
+        return evidence.levels_over_starts(bf, self.name, self.suite.starts(self.profile.name, self.name), levels)
 
     def record_plateau(self, doc) -> None:
         """The plateau's verdict into the run file."""
@@ -160,20 +156,11 @@ class ConfigRun:
         v = self.canary_verdict
         return None if v is None or v.passed else canary_words(self.where, what, v.category)
 
-    def server_count(self, r) -> "count.CountVerdict":
-        """The client's sustained tok/s against the server's own count over the same window."""
-        return count.check_server_count(r, where=self.where, tolerance=self.profile.measurement.server_agreement,
-                                          cap=self.ceiling.effective if self.ceiling else None)
+    def server_count(self, r):
+        return evidence.server_count(self, r)
 
-    def noise(self, config: str, levels) -> dict[int, "Noise"]:
-        """The between-start noise the baseline calibrated for `config`'s levels (judge/noise.py), where it did."""
-        bf, _ = self.baseline()
-        out = {}
-        for lv in levels:
-            e = bf.entries(config, lv).get("sustained_output_tps") if bf else None
-            if e is not None and noise_of(e) is not None:
-                out[lv] = noise_of(e)
-        return out
+    def noise(self, config: str, levels) -> dict:
+        return evidence.baseline_noise(self.baseline()[0], config, levels)
 
 
 class Servers:
@@ -310,9 +297,9 @@ class Servers:
         bf, _ = self.baseline(run)
         expected = bf.canary.get(run.name) if bf else None
         then = bf.canary_fingerprint.get(run.name) if bf else None
-        run.canary_verdict = check_canary(
-            run.canary, c.rules(), vocab=vocab, expected=expected, expect=c.expect,
-            env_diff=fingerprint.describe_diff(then, run.fingerprint) if then and expected else "")
+        run.canary_verdict = judge_canary(run.canary, c, vocab=vocab, expected=expected,
+                                          env_diff=fingerprint.describe_diff(then, run.fingerprint)
+                                          if then and expected else "")
         self.recorder(run.profile).set_canary(run.name, CanaryDoc(
             outputs=[dict(o.__dict__) for o in run.canary], seconds=round(sum(o.seconds for o in run.canary), 3),
             outcome=run.canary_verdict.outcome, problems=list(run.canary_verdict.problems)))

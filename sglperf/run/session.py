@@ -29,8 +29,7 @@ from ..measure.metrics import MeasurementPolicy
 from ..redact import api_key_from_env, argv_secrets, env_secrets, redact, register, url_secrets
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult, Rate, level_name
-from ..judge import plateau
-from ..judge.floor import decides_floor
+from ..decide.stop import level_stop
 
 
 
@@ -269,24 +268,9 @@ class Suite(Servers):
         return meas
 
     def decides(self, run: ConfigRun, level: int, bf, start: dict[int, LevelResult]):
-        """When a level may stop before its interval reaches the profile's ci_target: once its floor is decided, and
-        at a level the plateau compares also once its interval is narrow enough for that (cpu-sglang rr32 c48
-        stopped after 7 s at ±9.8% on its floor alone, and the plateau could not tell -5% from -15%), or once its
-        ratios to the plateau's levels already measured (undisturbed) on this server `start` are decided; how narrow
-        is the share of the band the ratios the baseline `bf` measured among those levels allow. No baseline entry: the
-        level runs to its precision."""
-        entry = bf.entries(run.name, level).get("sustained_output_tps") if bf else None
-        if entry is None:
-            return None
-        levels = self.levels(run.profile)
-        compared = [lv for lv in levels if plateau.plateau_compares(lv, run.ceiling, levels)]
-        if level not in compared:
-            return decides_floor(entry.floor)
-        earlier = [r for lv, r in sorted(start.items())
-                   if r.valid and not r.disturbances and lv < level and lv in compared]
-        band = run.profile.measurement.plateau_band
-        means = [e.value for lv in compared if (e := bf.entries(run.name, lv).get("sustained_output_tps"))]
-        return plateau.decides_plateau_level(entry.floor, band, earlier, share=plateau.plateau_share(band, means))
+        """When a level may stop before its interval reaches the profile's ci_target (decide/stop.py)."""
+        return level_stop(bf, run.name, level, self.levels(run.profile), run.ceiling,
+                          run.profile.measurement.plateau_band, start)
 
     def measured(self, profile: str, config: str, level: int) -> LevelMeasurement | None:
         return self.measurements.get((profile, config, level))
