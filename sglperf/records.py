@@ -127,7 +127,7 @@ class ServerSample:
     spec_accepted_total: float | None = None  # ... or its count of accepted draft tokens (llama.cpp), a counter
     cache_hit_rate: float | None = None  # the prefix cache's hit rate as the server reports it (sglang:cache_hit_rate)
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
-    # is half the round trip. It bounds how well a counter is known at a window edge (metrics.server_view).
+    # is half the round trip. It bounds how well a counter is known at a window edge (measure/server_view.py).
     time_uncertainty_s: float = 0.0
 
 
@@ -231,7 +231,7 @@ class LevelResult:
     host: dict = dataclasses.field(default_factory=dict)  # other processes' and steal cores in the window (host.py)
     sim_behind_share: float | None = None  # the simulator's lateness / its engine time in the window
     # the server's count came from a counter that moves when a request finishes (llama.cpp's, or SGLang's while it
-    # drafts: measure/metrics.server_view), not per token; None where there was no count
+    # drafts: measure/server_view.server_view), not per token; None where there was no count
     server_count_at_completion: bool | None = None
     # the host's CPU speed probe taken just before a GPU server's level (environment/host_speed.py; None: not probed:
     # the simulator, a server on another host, a CPU server, judged by the probes before its starts)

@@ -19,7 +19,7 @@ from sglperf.decide.plateau import Plateau
 from sglperf.decide.replay import RecordedConfig, RecordedRun
 from sglperf.environment import host_speed
 from sglperf.judge import calibration
-from sglperf.measure import metrics
+from sglperf.measure import server_view
 from sglperf.measure.wire import NATIVE
 from sglperf.run import profiles
 from sglperf.store import baselines
@@ -267,15 +267,15 @@ def test_real_sglang_drafting_is_not_counted_by_its_per_step_counters():
         doc = run.configs["ngram"].levels[lv]
         samples = [ServerSample(**json.loads(x)) for x in gzip.open(NEXT_HOST / f"ngram-c{lv}.server.jsonl.gz")]
         window = (doc.window_start, doc.window_end)
-        assert metrics.drafting(samples, window)
-        view = metrics.server_view(samples, window)
+        assert server_view.drafting(samples, window)
+        view = server_view.server_view(samples, window)
         assert view["server_running_source"] == "snapshots" and view["server_max_running"] <= 16, "the cap"
         assert doc.server_max_running > 2 * int(lv), "as recorded: busy slots from the accepted tokens"
         assert view["server_output_tps"] is None and view["server_count_at_completion"] is None
         assert not doc.valid and "disagree on how many tokens were streamed" in doc.invalid_reasons[0]
         assert doc.acceptance_length == pytest.approx(6.5, abs=0.05)
-        assert metrics.server_counts(samples, at_completion=True) == [], "no finished-requests counter to draw"
-        assert len(metrics.server_counts(samples, at_completion=False)) == len(samples)
+        assert server_view.server_counts(samples, at_completion=True) == [], "no finished-requests counter to draw"
+        assert len(server_view.server_counts(samples, at_completion=False)) == len(samples)
         assert doc.server_accept_length / doc.acceptance_length == pytest.approx(1.02, abs=0.01)
 
 
@@ -342,8 +342,8 @@ def test_real_sglang_drafting_on_the_gpu_is_counted_from_its_finished_requests_a
         assert doc.server_ratio == pytest.approx(ratio, abs=1e-4)
         samples = [ServerSample(**json.loads(x)) for x in gzip.open(THIRD / f"ngram-c{lv}.server.jsonl.gz")]
         window = (doc.window_start, doc.window_end)
-        assert metrics.drafting(samples, window)
-        view = metrics.server_view(samples, window)
+        assert server_view.drafting(samples, window)
+        view = server_view.server_view(samples, window)
         assert view["server_count_at_completion"] is True and view["server_running_source"] == "snapshots"
         assert view["server_max_running"] <= 16
         assert doc.acceptance_length == pytest.approx(6.48, abs=0.03)
@@ -368,7 +368,7 @@ def test_sglangs_drafting_answers_count_what_it_streamed_only_in_its_finished_re
     stream_tokens = NATIVE.parse(streamed[-1][len("data: "):].encode())["meta_info"]["completion_tokens"]
     assert stream_tokens == 32
     warm_up = 8
-    assert metrics.drafting([after], (0.0, 1.0)) and not metrics.drafting([before], (0.0, 0.5))
+    assert server_view.drafting([after], (0.0, 1.0)) and not server_view.drafting([before], (0.0, 0.5))
     finished = after.output_tokens_total - before.output_tokens_total
     assert finished == completion + stream_tokens + warm_up
     per_step = (after.decode_tokens_total + after.first_tokens_total) - (

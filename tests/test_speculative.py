@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from sglperf.engines import llamacpp_build
-from sglperf.measure.metrics import acceptance
+from sglperf.measure.workload_metrics import acceptance
 from sglperf.records import RequestRecord, ServerSample
 from sglperf.sim.calibrate import engine_config
 from sglperf.sim.engine import Engine

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from sglperf.decide.floor import other_workload
-from sglperf.measure.metrics import open_loop, prefix_cache
+from sglperf.measure.workload_metrics import open_loop, prefix_cache
 from sglperf.measure.validity import check_prompt_lengths
 from sglperf.measure.prompts import PromptMaker, SharedPrefix
 from sglperf.measure.wire import NATIVE, by_name

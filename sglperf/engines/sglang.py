@@ -86,7 +86,7 @@ class SGLang(Engine):
         "decode_tokens_total": Series("sglang:realtime_tokens_total", {"mode": "decode"}),
         "first_tokens_total": Series("sglang:time_to_first_token_seconds_count"),
         # a finished request's completion tokens, over both is_streaming labels: the count of what it streamed
-        # while it drafts (measure/metrics.drafting)
+        # while it drafts (measure/server_view.drafting)
         "output_tokens_total": Series("sglang:generation_tokens_total"),
         "running": Series("sglang:num_running_reqs"),
         "queued": Series("sglang:num_queue_reqs"),
@@ -106,7 +106,7 @@ class SGLang(Engine):
     def sample_from(self, values: dict[str, float], t: float) -> ServerSample:
         """Each decode pass emits one token per running request, so the decode tokens counted between two scrapes
         over the decode passes between them is the mean running count there (not while it drafts: a verify step
-        emits what it accepted, measure/metrics.drafting)."""
+        emits what it accepted, measure/server_view.drafting)."""
         values = dict(values)
         if values.get("decode_steps_total") is not None and values.get("decode_tokens_total") is not None:
             values["busy_slot_steps_total"] = values["decode_tokens_total"]

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
 from ..environment.gpu import summarize as gpu_summary
 from ..environment.host import disturbance
 from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestRecord, ServerSample, Summary
 from .intervals import regime_shift, sustained_interval
+from .server_view import server_view
 from .validity import MeasurementPolicy, judge
+from .workload_metrics import acceptance, open_loop, prefix_cache
 
 
 def goodput(records: list[RequestRecord], window: tuple[float, float] | None, policy: MeasurementPolicy
@@ -218,106 +219,6 @@ def latency_values(records: list[RequestRecord]) -> dict[str, list[float]]:
 
 def latency_summaries(records: list[RequestRecord]) -> dict[str, Summary]:
     return {k: summarize(v) for k, v in latency_values(records).items()}
-
-
-def _interp(samples: list[ServerSample], attr: str, t: float) -> float | None:
-    pts = [(s.time, getattr(s, attr)) for s in samples if getattr(s, attr) is not None]
-    if len(pts) < 2 or not (pts[0][0] <= t <= pts[-1][0]):
-        return None
-    xs, ys = zip(*pts)
-    return float(np.interp(t, xs, ys))
-
-
-def _edge_uncertainty(samples: list[ServerSample], t: float) -> float:
-    """How far in time a counter interpolated at `t` may be off: the larger half round trip of the two scrapes
-    around it (each was read somewhere inside its own round trip)."""
-    before = [s for s in samples if s.time <= t]
-    after = [s for s in samples if s.time >= t]
-    near = ([before[-1]] if before else []) + ([after[0]] if after else [])
-    return max((s.time_uncertainty_s for s in near), default=0.0)
-
-
-def _running_per_step(samples: list[ServerSample], s: float, e: float, delta) -> tuple[float, float] | None:
-    """Mean running requests over the window, and the largest mean between two successive scrapes inside it, from
-    counters of busy slots summed over decode steps (ServerSample.busy_slot_steps_total): what the engine itself
-    counted at every step, not what a scrape happened to see."""
-    d_steps, d_busy = delta("decode_steps_total"), delta("busy_slot_steps_total")
-    if not d_steps or d_busy is None:
-        return None
-    pts = [x for x in samples if x.decode_steps_total is not None and x.busy_slot_steps_total is not None]
-    near = [x for x in pts if s <= x.time <= e]
-    edges = [x for x in pts if x.time < s][-1:] + near + [x for x in pts if x.time > e][:1]
-    means = [(b.busy_slot_steps_total - a.busy_slot_steps_total) / (b.decode_steps_total - a.decode_steps_total)
-             for a, b in zip(edges, edges[1:]) if b.decode_steps_total > a.decode_steps_total]
-    mean = d_busy / d_steps
-    # the counters are whole numbers carried as floats: rounding drops the float error of their differences
-    return round(mean, 6), round(max(means + [mean]), 6)
-
-
-def _delta(samples: list[ServerSample], attr: str, window: tuple[float, float]) -> float | None:
-    """How far a counter moved over the window, interpolated at its edges."""
-    a, b = (_interp(samples, attr, t) for t in window)
-    return None if a is None or b is None else b - a
-
-
-def drafting(samples: list[ServerSample], window: tuple[float, float]) -> bool:
-    """Whether the server drafted (speculative decoding) in the window: it reported an acceptance length there.
-    Such a server's per-step counters count what each verify step accepted, also the tokens past a finished
-    request's max_tokens that it computed and dropped, so they are no count of the tokens it streamed, and its
-    busy slots per step cannot be had from them (docs/measurement.md, "Speculative decoding on a GPU")."""
-    return any((x.spec_accept_length or 0) > 0 for x in samples if window[0] <= x.time <= window[1])
-
-
-def server_counts(samples: list[ServerSample], at_completion: bool) -> list[tuple[float, float]]:
-    """(time, the server's output tokens so far) per sample, from the counter a level's count came from
-    (server_view's server_count_at_completion): the per-token ones (decode + first tokens), or the one that counts
-    a request's tokens when it finishes."""
-    pts = [(s.time, s.output_tokens_total if at_completion or s.decode_tokens_total is None
-            else s.decode_tokens_total + (s.first_tokens_total or 0)) for s in samples]
-    return [(t, v) for t, v in pts if v is not None]
-
-
-def server_view(samples: list[ServerSample], window: tuple[float, float] | None) -> dict:
-    """The server's own output rate over the window (counters interpolated at its edges) and gauge means. The
-    per-token counters where the server has them and does not draft, else the one that counts a request's tokens
-    when it finishes (server_count_at_completion: the count check allows for the requests in flight at the edges)."""
-    out = dict(server_output_tps=None, server_count_at_completion=None, server_mean_running=None,
-               server_max_running=None, server_mean_queued=None, server_mean_token_usage=None,
-               server_retractions=None, server_edges_uncertainty_s=None, server_samples_in_window=None,
-               server_running_source=None)
-    if not samples or window is None:
-        return out
-    s, e = window
-
-    def delta(attr: str) -> float | None:
-        return _delta(samples, attr, window)
-
-    per_token = not drafting(samples, window)
-    d_decode, d_first = (delta("decode_tokens_total"), delta("first_tokens_total")) if per_token else (None, None)
-    d_out = delta("output_tokens_total")
-    if d_decode is not None and d_first is not None:
-        out["server_output_tps"], out["server_count_at_completion"] = (d_decode + d_first) / (e - s), False
-    elif d_out is not None:
-        out["server_output_tps"], out["server_count_at_completion"] = d_out / (e - s), True
-    if out["server_output_tps"] is not None:
-        out["server_edges_uncertainty_s"] = _edge_uncertainty(samples, s) + _edge_uncertainty(samples, e)
-    inside = [x for x in samples if s <= x.time <= e]
-    out["server_samples_in_window"] = len(inside)
-    for attr, key in (("running", "server_mean_running"), ("queued", "server_mean_queued"),
-                      ("token_usage", "server_mean_token_usage")):
-        vals = [getattr(x, attr) for x in inside if getattr(x, attr) is not None]
-        out[key] = float(np.mean(vals)) if vals else None
-    running = [x.running for x in inside if x.running is not None]
-    out["server_max_running"] = float(max(running)) if running else None
-    out["server_running_source"] = "snapshots" if running else None
-    per_step = _running_per_step(samples, s, e, delta) if per_token else None
-    if per_step is not None:
-        out["server_mean_running"], out["server_max_running"] = per_step
-        out["server_running_source"] = "per decode step"
-    out["server_retractions"] = delta("retracted_total")
-    engine, behind = delta("sim_engine_s_total"), delta("sim_behind_s_total")
-    out["sim_behind_share"] = behind / engine if engine and behind is not None else None
-    return out
 
 
 def client_health(samples: list[ClientSample], window: tuple[float, float] | None) -> tuple[float | None,
@@ -512,90 +413,3 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         **prefix_cache(st.ok, w, samples.server, cache_allowed),
         **open_loop(records, rate, sv.get("server_mean_queued")),
     )
-
-
-def acceptance(done: list[RequestRecord], window, server) -> dict:
-    """Speculative decoding's acceptance length over the requests that finished inside the window: accepted tokens
-    per verify step, each request weighed by its verify steps (as SGLang's gauge pools them), with a 95% t interval
-    over the requests; and the server's own: SGLang's gauge averaged over the window's scrapes, or from the counters
-    of an engine that counts accepted tokens (llama.cpp: output / (output - accepted), wire.spec_from_timings).
-    Nothing for a plain server."""
-    inside = [r for r in done if r.spec_verify_ct and r.spec_accept_length is not None
-              and (window is None or window[0] <= r.end_time <= window[1])]
-    if not inside:
-        return {}
-    v = np.array([r.spec_verify_ct for r in inside], dtype=float)
-    a = np.array([r.spec_accept_length for r in inside], dtype=float)
-    mean = float((a * v).sum() / v.sum())
-    # the weighed mean's standard error: the requests' spread x sqrt(sum w^2) / sum w
-    half = (float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) * np.sqrt((v ** 2).sum()) / v.sum())
-            if len(a) > 1 else None)
-    gauge = [s.spec_accept_length for s in server if s.spec_accept_length is not None
-             and (window is None or window[0] <= s.time <= window[1])]
-    own = sum(gauge) / len(gauge) if gauge else _accepted_per_pass(server, window)
-    return dict(acceptance_length=round(mean, 4), acceptance_length_ci95=None if half is None else round(half, 4),
-                server_accept_length=None if own is None else round(own, 4))
-
-
-def _accepted_per_pass(server, window) -> float | None:
-    """Output tokens per forward pass of the target from the counters of output and accepted draft tokens,
-    interpolated at the window's edges."""
-    if window is None:
-        return None
-    out, acc = _delta(server, "output_tokens_total", window), _delta(server, "spec_accepted_total", window)
-    return out / (out - acc) if out is not None and acc is not None and out > acc >= 0 else None
-
-
-def prefix_cache(done: list[RequestRecord], window, server, allowed: float | None) -> dict:
-    """A shared-prefix workload's reuse over the requests that finished inside the window: the share of their
-    prompt tokens the server served from its prefix cache (sum of cached_tokens over sum of prompt tokens), with a
-    95% t interval over the requests (a ratio estimator's standard error), beside the share the workload allows and
-    the server's own hit rate averaged over the window's scrapes. Nothing where the workload shares no prefix; a
-    share of None where the server reports no cached tokens."""
-    if allowed is None:
-        return {}
-    inside = [r for r in done if window is None or window[0] <= r.end_time <= window[1]]
-    rated = [r for r in inside if r.server_cached_tokens is not None and r.prompt_tokens > 0]
-    gauge = [s.cache_hit_rate for s in server if s.cache_hit_rate is not None
-             and (window is None or window[0] <= s.time <= window[1])]
-    out = dict(prefix_cache_allowed=round(allowed, 4),
-               server_cache_hit_rate=round(sum(gauge) / len(gauge), 4) if gauge else None)
-    if not rated:
-        return out
-    c = np.array([min(r.server_cached_tokens, r.prompt_tokens) for r in rated], dtype=float)
-    p = np.array([r.prompt_tokens for r in rated], dtype=float)
-    share = float(c.sum() / p.sum())
-    n = len(rated)
-    half = (float(stats.t.ppf(0.975, n - 1) * np.sqrt(((c - share * p) ** 2).sum() / (n - 1) / n) / p.mean())
-            if n > 1 else None)
-    return dict(out, prefix_cache_share=round(share, 4),
-                prefix_cache_share_ci95=None if half is None else round(half, 4))
-
-
-# Completions in a window of an open loop are a Poisson count around rate x window where the server keeps up: more than
-# 3 of its standard deviations short (0.1% one-sided) is a server that fell behind, not the count's noise.
-SATURATION_Z = 3.0
-
-
-def open_loop(records: list[RequestRecord], rate: float | None, queued: float | None) -> dict:
-    """An open-loop level's offered rate against what the client sent and the server completed while the load ran
-    (first send to last: a steady-state window chosen by in-flight counts is biased where few are in flight;
-    docs/measurement.md). Sent short of offered is the client's (its lag, measured apart); completed short of
-    offered by more than the arrivals' own noise is the server saturating: it completes about the achieved rate,
-    and requests wait."""
-    sends = [r.send_time for r in records]
-    if rate is None or len(sends) < 2 or max(sends) <= min(sends):
-        return {}
-    s, e = min(sends), max(sends)
-    span = e - s
-    sent = sum(1 for r in records if s <= r.send_time < e) / span
-    done = sum(1 for r in records if r.ok and s <= r.end_time < e)
-    expected = rate * span
-    short = (expected - done) / math.sqrt(expected) if expected > 0 else 0.0
-    saturation = None
-    if short > SATURATION_Z:
-        waiting = "" if queued is None else f"; the server's queue held {queued:.1f} requests on average"
-        saturation = (f"offered {rate:g} req/s, the client sent {sent:.2f}, the server completed {done / span:.2f} in "
-                      f"the window ({short:.1f} standard deviations of the arrivals short): the server saturated at "
-                      f"about {done / span:.2f} req/s{waiting}")
-    return dict(offered_rps=rate, sent_rps=round(sent, 4), achieved_rps=round(done / span, 4), saturation=saturation)

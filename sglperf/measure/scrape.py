@@ -2,7 +2,7 @@
 adapter's series, else the adapter's load endpoint (SGLang's /v1/loads); servers with neither are reported as
 unavailable.
 
-Why: a client-side number is corroborated by the server's counters over the same window (metrics.server_view).
+Why: a client-side number is corroborated by the server's counters over the same window (measure/server_view.py).
 """
 
 from __future__ import annotations

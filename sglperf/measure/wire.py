@@ -240,7 +240,7 @@ def spec_from_timings(p, timings) -> None:
     tokens it accepted (not its verify steps). Each of the target's forward passes (the prompt's, then one a decode
     step, drafted or not) gives one token of its own and the drafts it accepted, so n tokens with a accepted took
     n - a passes: the acceptance length is n / (n - a) tokens a pass, which the server's counters give over a window
-    too (metrics.acceptance)."""
+    too (measure/workload_metrics.acceptance)."""
     if not isinstance(timings, dict) or "draft_n_accepted" not in timings:
         return
     n, a = count_or_none(timings.get("predicted_n")), count_or_none(timings.get("draft_n_accepted"))

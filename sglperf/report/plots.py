@@ -19,7 +19,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..measure.metrics import server_counts, token_arrivals  # noqa: E402
+from ..measure.metrics import token_arrivals
+from ..measure.server_view import server_counts  # noqa: E402
 from ..records import GpuSample, HostSample, LevelResult, RequestRecord, ServerSample  # noqa: E402
 
 
