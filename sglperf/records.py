@@ -84,6 +84,9 @@ class RequestRecord:
     # prompt tokens the server served from its prefix cache (SGLang's meta_info cached_tokens, OpenAI's
     # usage.prompt_tokens_details.cached_tokens, llama.cpp's tokens_cached)
     server_cached_tokens: int | None = None
+    # numbers the server reported that no request can have (cached tokens past the prompt, a verify count of 0 for
+    # tokens produced, an acceptance length below 1), as it sent them: the level is invalid (measure/validity.py)
+    impossible: tuple[str, ...] = ()
 
     @property
     def first_token_time(self) -> float | None:
@@ -129,6 +132,10 @@ class ServerSample:
     # The server read its counters somewhere between the scrape's send and its answer: `time` is the midpoint, this
     # is half the round trip. It bounds how well a counter is known at a window edge (measure/server_view.py).
     time_uncertainty_s: float = 0.0
+    # lines of the page the Prometheus parser refused, dropped while the page's other samples were read (one bad
+    # sample used to cost the whole page, and the count check with it), and the first of them as the server wrote it
+    unparsed_lines: int = 0
+    unparsed_example: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sglperf import engines
 from sglperf import redact as r
 from sglperf.categories import UsageError
 from sglperf.engines.base import check_url
@@ -105,3 +106,72 @@ def test_a_profile_length_past_any_context_window_is_refused_naming_the_key(tmp_
     with pytest.raises(UsageError) as e:
         profiles.load(str(bad))
     assert "isl_max" in str(e.value) and "10000000" in str(e.value)
+
+
+H100_METRICS = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17" / "metrics.txt"
+
+
+@pytest.mark.parametrize("bad", ['sglang:num_queue_reqs{tp_rank="0"} abc', 'sglang:num_queue_reqs{tp_rank="0 3',
+                                 "sglang:gen_throughput 12.5.3"])
+def test_one_malformed_sample_costs_that_sample_only_and_is_named(bad):
+    """Real SGLang's /metrics page (an H100), one line broken: the other series are still read, the broken line is
+    counted and quoted (the level's warnings say so), where the whole page was lost."""
+    real = H100_METRICS.read_text()
+    whole = engines.get("sglang").parse_metrics(real, 1.0)
+    broken = real.replace("# TYPE sglang:num_running_reqs gauge\n", f"# TYPE sglang:num_running_reqs gauge\n{bad}\n")
+    assert broken != real
+    s = engines.get("sglang").parse_metrics(broken, 1.0)
+    assert s is not None and s.unparsed_lines == 1 and s.unparsed_example == bad
+    assert (s.decode_tokens_total, s.running, s.max_total_tokens) == (whole.decode_tokens_total, whole.running,
+                                                                      whole.max_total_tokens)
+
+
+def _final_chunk(path: Path) -> dict:
+    """The last data line of a real SGLang /generate stream: its final meta_info."""
+    lines = [ln[len("data: "):] for ln in path.read_text().splitlines() if ln.startswith("data: {")]
+    return __import__("json").loads(lines[-1])
+
+
+H100 = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17"
+NGRAM = Path(__file__).parent / "data" / "gpu" / "h100-sglang-0.5.17-third-start" / "ngram-answers"
+
+
+@pytest.mark.parametrize("stream, change, said", [
+    (H100 / "generate-stream.txt", {"cached_tokens": 5}, "cached_tokens 5 for a prompt of 4 tokens"),
+    (H100 / "generate-stream.txt", {"cached_tokens": -1}, "cached_tokens -1"),
+    (H100 / "generate-stream.txt", {"cached_tokens": "abc"}, "cached_tokens 'abc'"),
+    (NGRAM / "generate-stream-ngram.txt", {"spec_verify_ct": 0}, "spec_verify_ct 0 and spec_accept_length 8.0"),
+    (NGRAM / "generate-stream-ngram.txt", {"spec_accept_length": -1}, "spec_accept_length -1 for 32 tokens"),
+    (NGRAM / "generate-stream-ngram.txt", {"spec_accept_length": 1e9}, "spec_accept_length 1000000000.0"),
+    (NGRAM / "generate-stream-ngram.txt", {"spec_accept_length": "abc"}, "spec_accept_length 'abc'"),
+])
+def test_a_number_no_request_can_have_is_kept_in_the_servers_words_never_clipped_or_dropped(stream, change, said):
+    """Real SGLang's final meta_info (an H100; its NGRAM drafting server's for the verify counts), one field made
+    impossible: the record keeps it as the server sent it, and takes no reading from it."""
+    from sglperf.measure.client import _Progress
+    from sglperf.measure.wire import NATIVE
+
+    obj = _final_chunk(stream)
+    healthy = _Progress(0, 0.0, obj["meta_info"]["prompt_tokens"], 32)
+    NATIVE.chunk(obj, healthy, 0)
+    assert not healthy.impossible
+    obj["meta_info"].update(change)
+    p = _Progress(0, 0.0, obj["meta_info"]["prompt_tokens"], 32)
+    NATIVE.chunk(obj, p, 0)
+    assert len(p.impossible) == 1 and said in p.impossible[0], p.impossible
+    assert p.cached is None if "cached_tokens" in change else p.spec_accept_length is None
+
+
+def test_a_level_whose_server_reported_an_impossible_number_is_invalid_quoting_it():
+    from dataclasses import replace
+
+    from sglperf.measure.metrics import MeasurementPolicy, level_result
+
+    from .test_metrics import closed_loop
+
+    recs = closed_loop(4, 1.0, 30.0)
+    recs[20] = replace(recs[20], impossible=("cached_tokens 160 for a prompt of 128 tokens",))
+    r = level_result(recs, concurrency=4, rate=None, isl=recs[0].prompt_tokens, osl=10, policy=MeasurementPolicy())
+    assert not r.valid
+    assert any("numbers no request can have in 1 of" in x and "#20: cached_tokens 160 for a prompt of 128" in x
+               for x in r.invalid_reasons), r.invalid_reasons

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from urllib.parse import urlsplit
 
@@ -191,7 +191,8 @@ class Engine:
         if not self.series:
             return None
         acc: dict[str, list[float]] = {}
-        for fam in text_string_to_metric_families(self.own_lines(text)):
+        families, refused = metric_families(self.own_lines(text))
+        for fam in families:
             for key, spec in self.series.items():
                 for s in fam.samples:
                     if spec.matches(s.name, s.labels) and math.isfinite(s.value) and s.value >= 0:
@@ -199,7 +200,8 @@ class Engine:
         if not acc:
             return None
         values = {k: (sum(v) / len(v) if self.series[k].combine == "mean" else sum(v)) for k, v in acc.items()}
-        return self.sample_from(values, t)
+        s = self.sample_from(values, t)
+        return replace(s, unparsed_lines=len(refused), unparsed_example=refused[0][:200]) if refused else s
 
     def own_lines(self, text: str) -> str:
         """Only the lines of this engine's series (and their # HELP / # TYPE): a page of many other metrics (a
@@ -237,3 +239,25 @@ class Engine:
     def describe(self) -> dict:
         return {"engine": self.name, "wire": self.wire, "new_connection_per_request":
                 self.new_connection_per_request}
+
+
+def metric_families(text: str) -> tuple[list, list[str]]:
+    """The page's metric families, and the lines the Prometheus parser refused. A page that parses whole is read
+    whole; one that does not is read a family at a time (its # TYPE and # HELP lines with each sample line), so one
+    malformed sample costs that sample only, and is named."""
+    try:
+        return list(text_string_to_metric_families(text)), []
+    except ValueError:
+        pass
+    families, refused, head = [], [], []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            head = head + [line] if head and head[-1].split()[2:3] == line.split()[2:3] else [line]
+            continue
+        try:
+            families += list(text_string_to_metric_families("\n".join(head + [line]) + "\n"))
+        except ValueError:
+            refused.append(line)
+    return families, refused

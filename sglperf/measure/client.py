@@ -178,7 +178,7 @@ class _Progress:
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
                  "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
-                 "output_ids", "spec_verify_ct", "spec_accept_length", "cached")
+                 "output_ids", "spec_verify_ct", "spec_accept_length", "cached", "impossible")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -194,6 +194,7 @@ class _Progress:
         self.spec_verify_ct: int | None = None
         self.spec_accept_length: float | None = None
         self.cached: int | None = None
+        self.impossible: list[str] = []
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -216,7 +217,7 @@ class _Progress:
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
                              self.count_source, self.server_ttft, self.output_ids, self.spec_verify_ct,
-                             self.spec_accept_length, self.cached)
+                             self.spec_accept_length, self.cached, tuple(self.impossible))
 
 
 class LoadGenerator:

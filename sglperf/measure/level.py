@@ -417,6 +417,9 @@ def _measurement(records, monitors: Monitors, client_samples, stop: Stop, decisi
         warnings += (scrape_warning(m.scraper, result),)
     if m.scraper.page_words():
         warnings += (m.scraper.page_words(),)
+    if m.scraper.unparsed:
+        warnings += (f"{m.scraper.unparsed} /metrics page(s) held lines the Prometheus parser refused, dropped while "
+                     f"the rest was read; the first: {m.scraper.unparsed_example!r}",)
     result = replace(result, connection_retries=gen.connection_retries, client_procs=procs, warnings=warnings,
                      scrape_errors=m.scraper.errors, scrape_last_error=m.scraper.last_error)
     return LevelMeasurement(result, records, m.scraper.samples, client_samples, m.scraper.source, stop.reason,

@@ -48,6 +48,8 @@ class Scraper:
         self.source: str | None = None
         self.errors = 0
         self.last_error: str | None = None
+        self.unparsed = 0  # pages read with lines the parser refused dropped
+        self.unparsed_example: str | None = None
         self.page_bytes = 0
         self.parse_s = 0.0
         self.too_big = False
@@ -83,6 +85,9 @@ class Scraper:
             if s is not None:
                 self.source = source
                 self.samples.append(s)
+                if s.unparsed_lines:
+                    self.unparsed += 1
+                    self.unparsed_example = self.unparsed_example or s.unparsed_example
                 return s
         return None
 

@@ -88,6 +88,10 @@ def judge(st, policy: MeasurementPolicy, *, isl: int, prompt_check: str, stopped
     problem = check_prompt_lengths(st.ok, isl, prompt_check)
     if problem:
         reasons.append(problem)
+    odd = [r for r in st.done if r.impossible]
+    if odd:  # the server's own numbers cannot be trusted, so neither can what is read from them
+        reasons.append(f"the server reported numbers no request can have in {len(odd)} of {len(st.done)} requests "
+                       f"(e.g. #{odd[0].index}: {'; '.join(odd[0].impossible)})")
     reasons += _window_rules(st, policy, warns)
     reasons += _client_rules(st, policy, warns)
     if incomplete:

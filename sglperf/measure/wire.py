@@ -8,6 +8,8 @@ nothing of, negotiation) names the wire and the shape, the client only drives th
 
 from __future__ import annotations
 
+import math
+
 import json
 
 from orjson import loads  # SSE chunks: a fifth of json.loads's cost per chunk
@@ -123,10 +125,8 @@ class NativeGenerate(Wire):
             kind = fr.get("type") if isinstance(fr, dict) else str(fr)
             p.finish = kind
             p.server_prompt, p.server_completion = meta.get("prompt_tokens"), ct
-            verify, accept = meta.get("spec_verify_ct"), meta.get("spec_accept_length")  # speculative decoding
-            if type(verify) is int and verify > 0 and isinstance(accept, (int, float)) and 0 < accept < 1e3:
-                p.spec_verify_ct, p.spec_accept_length = verify, float(accept)
-            p.cached = count_or_none(meta.get("cached_tokens"))  # its radix cache's share of the prompt
+            spec_from_meta(p, meta, ct)  # speculative decoding
+            p.cached = cached_tokens(p, meta.get("cached_tokens"), meta.get("prompt_tokens"))
             ttft = meta.get("first_token_latency")  # SGLang with --enable-metrics: its own TTFT, seconds
             if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) and 0 <= ttft < 1e6:
                 p.server_ttft = float(ttft)
@@ -198,8 +198,8 @@ class OpenAICompletions(Wire):
             p.server_completion = ct
             p.server_prompt = usage.get("prompt_tokens", p.server_prompt)
             details = usage.get("prompt_tokens_details")  # SGLang with --enable-cache-report, vLLM
-            if isinstance(details, dict) and (cached := count_or_none(details.get("cached_tokens"))) is not None:
-                p.cached = cached
+            if isinstance(details, dict) and "cached_tokens" in details:
+                p.cached = cached_tokens(p, details.get("cached_tokens"), usage.get("prompt_tokens"))
             if choices:  # per-chunk usage: exact; a usage-only closing chunk is reconciled at the end
                 count = ct
                 p.count_source = "usage"
@@ -251,3 +251,38 @@ def spec_from_timings(p, timings) -> None:
 def count_or_none(x) -> int | None:
     """A token count a server reported, or None where it is not a plausible one (absent, not an integer, negative)."""
     return x if type(x) is int and 0 <= x < 1 << 40 else None
+
+
+def cached_tokens(p, raw, prompt) -> int | None:
+    """The prompt tokens the server says its prefix cache served; None where it said none. A count that is not one,
+    or more tokens than the prompt held, is no reading: it is kept in the server's words as an impossible number
+    (the level is invalid), never clipped to the prompt."""
+    if raw is None:
+        return None
+    n = count_or_none(raw)
+    limit = count_or_none(prompt)
+    limit = p.prompt_tokens if limit is None else limit
+    if n is None or (limit and n > limit):
+        p.impossible.append(f"cached_tokens {raw!r} for a prompt of {limit} tokens")
+        return None
+    return n
+
+
+def spec_from_meta(p, meta: dict, completion) -> None:
+    """Speculative decoding's verify steps and acceptance length from SGLang's final meta_info. Either present but
+    impossible (a verify count below 1 or above the tokens produced, an acceptance length below 1, past the tokens
+    produced, or not a number) is kept as an impossible number, in the server's words."""
+    verify, accept = meta.get("spec_verify_ct"), meta.get("spec_accept_length")
+    if verify is None and accept is None:
+        return
+    tokens = count_or_none(completion)
+    top = tokens if tokens else 1 << 40
+    good_verify = type(verify) is int and 1 <= verify <= top
+    good_accept = (isinstance(accept, (int, float)) and not isinstance(accept, bool) and math.isfinite(accept)
+                   and 1 <= accept <= top)
+    if good_verify and good_accept:
+        p.spec_verify_ct, p.spec_accept_length = verify, float(accept)
+        return
+    if not tokens and verify in (0, None) and accept in (0, 0.0, None):
+        return  # nothing produced, nothing verified: an aborted or empty request, not an impossible one
+    p.impossible.append(f"spec_verify_ct {verify!r} and spec_accept_length {accept!r} for {completion!r} tokens")
