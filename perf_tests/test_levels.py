@@ -40,6 +40,6 @@ def test_client_matches_server_count(perf_config, level, perf_level, request):
     settle(decide(ServerCount(level), run))
 
 
-@pytest.mark.workload("shared_prefix")
+@pytest.mark.workload("shared_prefix", "multi_turn")
 def test_prefix_cache(perf_config, level, perf_level, request):
     judge_level(request, perf_config, level, "prefix cache", PrefixCache(level))

@@ -87,6 +87,10 @@ class RequestRecord:
     # numbers the server reported that no request can have (cached tokens past the prompt, a verify count of 0 for
     # tokens produced, an acceptance length below 1), as it sent them: the level is invalid (measure/validity.py)
     impossible: tuple[str, ...] = ()
+    # a conversation's turn (0: its first request) and the tokens of its prompt an earlier turn of the same
+    # conversation sent or received (what a prefix cache may serve); None outside a multi-turn workload
+    turn: int | None = None
+    history_tokens: int | None = None
 
     @property
     def first_token_time(self) -> float | None:
@@ -288,6 +292,9 @@ class LevelResult:
     prefix_cache_share: float | None = None
     prefix_cache_share_ci95: float | None = None
     prefix_cache_allowed: float | None = None
+    # a conversation workload by turn depth (measure/workload_metrics.by_turn): {turn: {requests, prompt_tokens,
+    # ttft_p50_ms, ttft_p90_ms, tpot_p50_ms, cache_share, cache_allowed}}
+    by_turn: dict[str, dict[str, float | None]] | None = None
     server_cache_hit_rate: float | None = None
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None

@@ -282,3 +282,89 @@ def test_an_open_loop_profile_runs_its_rates_and_a_server_saturating_below_them_
     assert "FAILED perf_tests/test_levels.py::test_sustained_throughput_floor[sim-rate/rr24/r20]" in out
     line = next(ln for ln in out.splitlines() if "THROUGHPUT REGRESSION: sim-rate/rr24 r20: sustained_output_tps" in ln)
     assert "offered 20 req/s" in line and "the server saturated at about" in line, line
+
+
+@pytest.mark.parametrize("workload, words", [
+    ({"kind": "multi_turn", "turns": 4}, "needs turns and turn_tokens"),
+    ({"kind": "multi_turn", "turns": 4, "turn_tokens": 32, "prompt_format": "text"}, "prompt_format \"ids\""),
+    ({"turns": 4, "turn_tokens": 32}, "are for kind = \"multi_turn\""),
+    ({"kind": "multi_turn", "turns": 1, "turn_tokens": 32}, "turns"),
+    ({"kind": "multi_turn", "turns": 256, "turn_tokens": 9_000_000}, "past any context window"),
+])
+def test_a_conversation_that_cannot_be_held_is_refused_naming_the_key(workload, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        profiles.WorkloadSection(isl=128, osl=32, **workload)
+
+
+def test_a_conversation_is_described_and_its_kv_basis_holds_its_longest_turn():
+    w = profiles.WorkloadSection(isl=128, osl=32, kind="multi_turn", turns=6, turn_tokens=32)
+    assert w.describe() == "multi_turn 128/32: 6 turns of 32 new tokens, think 0 s"
+    assert w.kv_basis() == (128 + 5 * 64 // 2, 32, 128 + 5 * 64 + 32)
+
+
+def test_each_turn_sends_the_whole_history_and_the_simulators_cache_serves_it_all_but_when_disabled(start_sim):
+    """Against the simulator: turn t's prompt is turn t-1's prompt, its reply's ids as the server produced them, and
+    turn_tokens new ids; the server served exactly the history from its prefix cache, and nothing with the cache
+    off. Its records carry turn and history, which the level's prefix claim and its by-turn table read."""
+    import asyncio
+
+    from sglperf.measure.client import LoadGenerator, Target, Workload
+    from sglperf.measure.prompts import MultiTurn
+    from sglperf.measure.workload_metrics import by_turn
+
+    def talk(srv) -> list[RequestRecord]:
+        async def go():
+            w = Workload(64, 16, vocab_low=100, vocab_high=32000, multi_turn=MultiTurn(4, 8))
+            async with LoadGenerator(Target.for_engine(srv.url, __import__("sglperf.engines").engines.get("sim")),
+                                     w) as gen:
+                stop = asyncio.Event()
+                task = asyncio.create_task(gen.closed_loop(2, stop))
+                while sum(r.turn == 3 for r in gen.records) < 2:
+                    await asyncio.sleep(0.05)
+                stop.set()
+                await task
+                return gen.records
+        return asyncio.run(asyncio.wait_for(go(), 60))
+
+    recs = talk(start_sim("--enable-metrics"))
+    first = [r for r in recs if r.index % 2 == 0 and r.ok]  # user 0's first conversation, turn by turn
+    assert [r.turn for r in first[:4]] == [0, 1, 2, 3]
+    for before, after in zip(first, first[1:4]):
+        assert after.history_tokens == before.prompt_tokens + 16 and after.prompt_tokens == after.history_tokens + 8
+        assert after.server_cached_tokens == after.history_tokens
+    table = by_turn(recs, None)
+    assert table["0"]["cache_share"] == 0.0 and table["3"]["cache_share"] == table["3"]["cache_allowed"] > 0.8
+    off = talk(start_sim("--enable-metrics", "--disable-radix-cache", name="off"))
+    assert all(r.server_cached_tokens == 0 for r in off if r.ok)
+
+
+def test_a_conversation_needs_the_replies_ids():
+    from sglperf.measure.client import LoadGenerator, Target, Workload
+    from sglperf.measure.prompts import MultiTurn
+    from sglperf.categories import UsageError
+    from sglperf import engines
+
+    w = Workload(64, 16, multi_turn=MultiTurn(4, 8))
+    with pytest.raises(UsageError, match="needs SGLang's native /generate"):
+        LoadGenerator(Target.for_engine("http://127.0.0.1:1", engines.get("sglang"), api="openai"), w)
+
+
+def test_a_conversation_run_prints_its_turns_and_a_disabled_radix_cache_fails_as_a_prefix_cache_regression(tmp_path):
+    def suite(where, *args):
+        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
+                            "--profile", "sim-agentic", "--levels", "4", "--reports-dir", str(where), *args],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = suite(tmp_path / "on")
+    assert p.returncode == 0, out[-3000:]
+    assert "turn  requests  prompt  TTFT p50/p90 ms  TPOT p50 ms  cached / allowed" in out
+    run = json.loads(next((tmp_path / "on" / "runs").glob("*.json")).read_text())
+    level = run["configs"]["radix"]["levels"]["4"]
+    assert level["valid"] and set(level["by_turn"]) == {"0", "1", "2", "3", "4", "5"}
+    assert 0.8 < level["prefix_cache_share"] <= level["prefix_cache_allowed"]
+    assert run["fingerprint"]["workload"] == "multi_turn 128/32: 6 turns of 32 new tokens, think 0 s"
+    p, out = suite(tmp_path / "off", "--server-arg=--disable-radix-cache")
+    assert p.returncode == 1, out[-3000:]
+    assert "PREFIX CACHE REGRESSION: sim-agentic/radix c4: 0.000 ± 0.000 of prompt tokens served" in out
+    assert "each conversation's history is recomputed" in out

@@ -1,7 +1,7 @@
-"""The prefix cache of one level of a shared-prefix workload: the share of prompt tokens the server served from its
-prefix cache (each request's cached_tokens, measure/workload_metrics.prefix_cache), judged against what the workload
-allows and against the baseline's floor. A cache switched off or broken costs throughput too, but a throughput floor can
-only say "slower": this claim says which part moved."""
+"""The prefix cache of one level of a shared-prefix or a conversation workload: the share of prompt tokens the
+server served from its prefix cache (each request's cached_tokens, measure/workload_metrics.prefix_cache), judged
+against what the workload allows and against the baseline's floor. A cache switched off or broken costs throughput
+too, but a throughput floor can only say "slower": this claim says which part moved."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ class PrefixCache:
         shown = (f"{where}: {share:.3f} ± {ci:.3f} of prompt tokens served from the prefix cache, the workload "
                  f"allows {allowed:.3f}{server}")
         if share + ci < ALLOWED_SHARE * allowed:
-            return Outcome.fail(f"{PREFIX_CACHE}: {shown}: below half of it, so shared prefixes are recomputed (a "
-                                f"prefix cache turned off, e.g. --disable-radix-cache, or one that no longer matches)"
+            what = "each conversation's history is" if r.by_turn else "shared prefixes are"
+            return Outcome.fail(f"{PREFIX_CACHE}: {shown}: below half of it, so {what} recomputed (a prefix cache "
+                                f"turned off, e.g. --disable-radix-cache, or one that no longer matches)"
                                 + (f"\nServer log: {ev.log_path}" if ev.log_path else ""), [shown])
         bf, path = ev.baseline()
         entry = bf.entries(ev.name, self.level).get("prefix_cache_share") if bf else None

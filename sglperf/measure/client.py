@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 import numpy as np
 from orjson import dumps
 
-from .prompts import LengthMix, Prompt, PromptMaker, SharedPrefix, Tokenizer
+from .prompts import LengthMix, MultiTurn, Prompt, PromptMaker, SharedPrefix, Tokenizer
 from ..records import FULL, OUTPUT_SAMPLE_EVERY, ClientSample, RequestRecord, Shape
+from ..categories import UsageError
 from ..interrupts import defer
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
@@ -72,6 +73,7 @@ class Workload:
     tokenizer: Tokenizer | None = field(default=None, compare=False, repr=False)
     shared_prefix: SharedPrefix | None = None  # None: every prompt its own
     length_mix: LengthMix | None = None  # None: every request ISL tokens in, OSL out
+    multi_turn: MultiTurn | None = None  # None: every request a conversation of its own
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -86,6 +88,14 @@ class Workload:
     def prompt(self, stream: int, index: int) -> Prompt:
         """Seeded, different for every request: prefix caching cannot help, beyond a shared prefix's groups."""
         return self._maker.make(stream, index)
+
+    def user_turn(self, stream: int, index: int, turn: int) -> list[int]:
+        """A conversation's new tokens at `turn`: ISL of them at its first, turn_tokens after (seeded ids)."""
+        assert self.multi_turn is not None and self.prompt_format == "ids", "conversations are sent as ids"
+        n = self.isl if turn == 0 else self.multi_turn.turn_tokens
+        ids = self._maker.make(stream, index).ids if turn == 0 else self._maker._own(stream, index, n).ids
+        assert ids is not None
+        return ids
 
     @property
     def cache_allowed(self) -> float | None:
@@ -178,7 +188,8 @@ class _Progress:
 
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
                  "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
-                 "output_ids", "spec_verify_ct", "spec_accept_length", "cached", "impossible")
+                 "output_ids", "spec_verify_ct", "spec_accept_length", "cached", "impossible", "turn", "history",
+                 "keep_ids")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -195,6 +206,9 @@ class _Progress:
         self.spec_accept_length: float | None = None
         self.cached: int | None = None
         self.impossible: list[str] = []
+        self.turn: int | None = None
+        self.history: int | None = None
+        self.keep_ids = False  # a conversation's reply: its ids are the next turn's history
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -217,7 +231,8 @@ class _Progress:
                              tuple(self.tokens), self.server_prompt, self.server_completion, self.finish,
                              None if cancelled else self.error, self.detail, self.status, cancelled,
                              self.count_source, self.server_ttft, self.output_ids, self.spec_verify_ct,
-                             self.spec_accept_length, self.cached, tuple(self.impossible))
+                             self.spec_accept_length, self.cached, tuple(self.impossible), self.turn,
+                             self.history)
 
 
 class LoadGenerator:
@@ -228,6 +243,10 @@ class LoadGenerator:
     def __init__(self, target: Target, workload: Workload, *, stream_id: int = 0, request_timeout: float = 3600.0,
                  clock: Callable[[], float] = time.monotonic):
         self.target, self.workload, self.stream_id = target, workload, stream_id
+        if workload.multi_turn is not None and (workload.prompt_format != "ids" or target.wire.name != "sglang"):
+            raise UsageError(f"a multi-turn workload sends each reply back as the ids the server produced: it needs "
+                             f"SGLang's native /generate and prompt_format \"ids\" (api {target.wire.name!r}, "
+                             f"prompt_format {workload.prompt_format!r})")
         self.request_timeout = request_timeout
         self.clock = clock
         self.records: list[RequestRecord] = []
@@ -260,6 +279,11 @@ class LoadGenerator:
         """`concurrency` streams back to back; this generator drives `streams` of them (all by default, a share
         when the streams are sharded over processes). Stream k sends requests k, k + C, k + 2C, ...: the same
         prompts per stream whichever process drives it."""
+        if self.workload.multi_turn is not None:
+            await asyncio.gather(*(self._conversations(k, concurrency, stop)
+                                   for k in (range(concurrency) if streams is None else streams)))
+            return
+
         async def worker(k: int) -> None:
             j = 0
             while not stop.is_set():
@@ -272,6 +296,35 @@ class LoadGenerator:
                         pass
 
         await asyncio.gather(*(worker(k) for k in (range(concurrency) if streams is None else streams)))
+
+    async def _conversations(self, k: int, concurrency: int, stop: asyncio.Event) -> None:
+        """Virtual user `k`: conversation after conversation, each of `turns` requests sending the whole history
+        (prompts and the replies' ids as the server produced them) and new tokens of its own, a think time after each
+        reply. A turn that failed, or whose reply came without its ids, ends its conversation (its record says why)."""
+        mt = self.workload.multi_turn
+        assert mt is not None
+        j = 0
+        while not stop.is_set():
+            history: list[int] = []
+            for turn in range(mt.turns):
+                index = k + concurrency * (j * mt.turns + turn)
+                ids = history + self.workload.user_turn(self.stream_id, index, turn)
+                rec = await self.one_request(index, Prompt(ids=ids, tokens=len(ids)), turn=turn, history=len(history))
+                if rec.error or rec.output_ids is None or stop.is_set():
+                    if rec.error:
+                        await self._wait(stop, self.FAIL_BACKOFF_S)
+                    break
+                history = ids + list(rec.output_ids)
+                if mt.think_s > 0:
+                    await self._wait(stop, mt.think_s)
+            j += 1
+
+    @staticmethod
+    async def _wait(stop: asyncio.Event, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def open_loop(self, rate: float, stop: asyncio.Event, *, burstiness: float = 1.0,
                         max_concurrency: int | None = None, seed: int = 0) -> None:
@@ -301,17 +354,19 @@ class LoadGenerator:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ one request
-    async def one_request(self, index: int | None = None) -> RequestRecord:
+    async def one_request(self, index: int | None = None, prompt: Prompt | None = None, *, turn: int | None = None,
+                          history: int | None = None) -> RequestRecord:
         if index is None:
             index = self._next_index
             self._next_index += 1
         w, tg = self.workload, self.target
-        prompt = w.prompt(self.stream_id, index)
+        prompt = prompt if prompt is not None else w.prompt(self.stream_id, index)
         path = urlsplit(tg.url).path.rstrip("/") + tg.wire.path
         body = tg.wire.body(prompt, w, tg.model, tg.shape)
         body.update(w.extra_body)
         payload = dumps(body)
         p = _Progress(index, self.clock(), prompt.tokens, prompt.max_tokens or w.osl, keep_text=w.tokenizer is not None)
+        p.turn, p.history, p.keep_ids = turn, history, turn is not None
         self.in_flight[index] = p
         cancelled = False
         try:
@@ -347,7 +402,7 @@ class LoadGenerator:
         assert self._client is not None, "use LoadGenerator as an async context manager"
         wire, prev, done = self.target.wire, 0, False
         times, tokens = p.times, p.tokens
-        sampled, last = p.index % OUTPUT_SAMPLE_EVERY == 0, [b""]  # its last event: the wire's output ids
+        sampled, last = p.keep_ids or p.index % OUTPUT_SAMPLE_EVERY == 0, [b""]  # its last event: the output ids
 
         parse, chunk, fast = wire.parse, wire.chunk, wire.count
 

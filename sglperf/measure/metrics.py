@@ -32,7 +32,7 @@ from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestR
 from .intervals import regime_shift, sustained_interval
 from .server_view import server_view
 from .validity import MeasurementPolicy, judge
-from .workload_metrics import acceptance, open_loop, prefix_cache
+from .workload_metrics import acceptance, by_turn, open_loop, prefix_cache
 
 
 def goodput(records: list[RequestRecord], window: tuple[float, float] | None, policy: MeasurementPolicy
@@ -412,4 +412,5 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         **acceptance(st.ok, w, samples.server),
         **prefix_cache(st.ok, w, samples.server, cache_allowed),
         **open_loop(records, rate, sv.get("server_mean_queued")),
+        by_turn=by_turn(st.ok, w),
     )

@@ -41,6 +41,21 @@ class SharedPrefix:
     tokens: int
 
 
+@dataclass(frozen=True)
+class MultiTurn:
+    """Conversations (an agent's session): each virtual user sends `turns` requests one after another, each the whole
+    history so far (every earlier prompt and reply, the reply as the ids the server produced) and `turn_tokens` new
+    tokens of its own, `think_s` seconds after the reply; the first turn is ISL tokens. A prefix cache serves the
+    history, and only the history, from cache."""
+
+    turns: int
+    turn_tokens: int
+    think_s: float = 0.0
+
+    def longest_prompt(self, isl: int, osl: int) -> int:
+        return isl + (self.turns - 1) * (osl + self.turn_tokens)
+
+
 # The longest request a workload may ask for, in tokens: the longest context a served model offers (10M); past it a
 # length is a typo, and one prompt of it would not fit the client's memory (1e8 raised MemoryError mid-run).
 MAX_TOKENS = 10_000_000

@@ -50,10 +50,14 @@ def prefix_cache(done: list[RequestRecord], window, server, allowed: float | Non
     prompt tokens the server served from its prefix cache (sum of cached_tokens over sum of prompt tokens), with a
     95% t interval over the requests (a ratio estimator's standard error), beside the share the workload allows and
     the server's own hit rate averaged over the window's scrapes. Nothing where the workload shares no prefix; a
-    share of None where the server reports no cached tokens."""
+    share of None where the server reports no cached tokens. A conversation's requests say what they allow
+    themselves: the history an earlier turn sent or received, over their prompt tokens (`allowed` is then None)."""
+    inside = [r for r in done if window is None or window[0] <= r.end_time <= window[1]]
+    talk = [r for r in inside if r.history_tokens is not None and r.prompt_tokens > 0]
+    if allowed is None and talk:
+        allowed = sum(r.history_tokens or 0 for r in talk) / sum(r.prompt_tokens for r in talk)
     if allowed is None:
         return {}
-    inside = [r for r in done if window is None or window[0] <= r.end_time <= window[1]]
     rated = [r for r in inside if r.server_cached_tokens is not None and r.prompt_tokens > 0]
     gauge = [s.cache_hit_rate for s in server if s.cache_hit_rate is not None
              and (window is None or window[0] <= s.time <= window[1])]
@@ -98,3 +102,45 @@ def open_loop(records: list[RequestRecord], rate: float | None, queued: float | 
                       f"the window ({short:.1f} standard deviations of the arrivals short): the server saturated at "
                       f"about {done / span:.2f} req/s{waiting}")
     return dict(offered_rps=rate, sent_rps=round(sent, 4), achieved_rps=round(done / span, 4), saturation=saturation)
+
+
+def by_turn(done: list[RequestRecord], window) -> dict[str, dict[str, float | None]] | None:
+    """A conversation workload's level by turn depth, over the successful requests that finished inside the window:
+    how many, their prompt tokens, TTFT (p50, p90) and TPOT (p50) in ms, and the share of their prompt tokens the
+    prefix cache served against the share their history allows. None outside a multi-turn workload."""
+    inside = [r for r in done
+              if r.ok and r.turn is not None and (window is None or window[0] <= r.end_time <= window[1])]
+    if not inside:
+        return None
+    out: dict[str, dict[str, float | None]] = {}
+    for turn in sorted({r.turn for r in inside if r.turn is not None}):
+        rs = [r for r in inside if r.turn == turn]
+        ttft = [1000 * (t - r.send_time) for r in rs if (t := r.first_token_time) is not None]
+        tpot = [1000 * (r.end_time - t) / (r.output_tokens - 1) for r in rs
+                if (t := r.first_token_time) is not None and r.output_tokens > 1]
+        rated = [r for r in rs if r.server_cached_tokens is not None]
+        prompt = sum(r.prompt_tokens for r in rated)
+        out[str(turn)] = {
+            "requests": float(len(rs)),
+            "prompt_tokens": float(np.mean([r.prompt_tokens for r in rs])),
+            "ttft_p50_ms": float(np.percentile(ttft, 50)) if ttft else None,
+            "ttft_p90_ms": float(np.percentile(ttft, 90)) if ttft else None,
+            "tpot_p50_ms": float(np.percentile(tpot, 50)) if tpot else None,
+            "cache_share": sum(min(r.server_cached_tokens or 0, r.prompt_tokens) for r in rated) / prompt
+            if prompt else None,
+            "cache_allowed": sum(r.history_tokens or 0 for r in rs) / sum(r.prompt_tokens for r in rs),
+        }
+    return out
+
+
+def turn_table(turns: dict[str, dict[str, float | None]], indent: str = "    ") -> list[str]:
+    """by_turn as the lines a person reads: one row per turn depth."""
+    def f(x, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    rows = [f"{indent}turn  requests  prompt  TTFT p50/p90 ms  TPOT p50 ms  cached / allowed"]
+    for turn, v in sorted(turns.items(), key=lambda kv: int(kv[0])):
+        rows.append(f"{indent}{turn:>4}  {f(v['requests'], '8.0f')}  {f(v['prompt_tokens'], '6.0f')}  "
+                    f"{f(v['ttft_p50_ms'], '7.1f')}/{f(v['ttft_p90_ms'], '<7.1f')}  {f(v['tpot_p50_ms'], '11.2f')}  "
+                    f"{f(v['cache_share'], '.3f')} / {f(v['cache_allowed'], '.3f')}")
+    return rows

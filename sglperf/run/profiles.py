@@ -72,7 +72,13 @@ class WorkloadSection(Strict):
     # (isl - prefix_tokens), as bench_serving's generated-shared-prefix
     # "length_mix": each request's input and output lengths drawn log-normal around isl and osl as medians (spread
     # `length_sigma`), clipped at isl_max and osl_max (prompts.LengthMix says why)
-    kind: Literal["random", "shared_prefix", "length_mix"] = "random"
+    # "multi_turn": conversations, an agent's sessions: each virtual user (a level's concurrency counts users) sends
+    # `turns` requests, each the whole history (earlier prompts and replies) and `turn_tokens` new tokens, the first
+    # ISL tokens, `think_time_s` after each reply (prompts.MultiTurn)
+    kind: Literal["random", "shared_prefix", "length_mix", "multi_turn"] = "random"
+    turns: int | None = Field(None, ge=2, le=256)
+    turn_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    think_time_s: float | None = Field(None, ge=0, le=3600)
     prefix_groups: int | None = Field(None, ge=1, le=4096)
     prefix_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     length_sigma: float | None = Field(None, gt=0, le=3)
@@ -103,11 +109,37 @@ class WorkloadSection(Strict):
         elif mix != (None, None, None):
             raise ValueError(f"length_sigma, isl_max and osl_max are for kind = \"length_mix\" (kind is "
                              f"{self.kind!r})")
+        return self._conversation()
+
+    def _conversation(self):
+        talk = (self.turns, self.turn_tokens)
+        if self.kind != "multi_turn":
+            if talk != (None, None) or self.think_time_s is not None:
+                raise ValueError(f"turns, turn_tokens and think_time_s are for kind = \"multi_turn\" (kind is "
+                                 f"{self.kind!r})")
+            return self
+        if None in talk:
+            raise ValueError("kind = \"multi_turn\" needs turns and turn_tokens")
+        if self.prompt_format != "ids":
+            raise ValueError("kind = \"multi_turn\" sends each reply back as the server's ids: prompt_format \"ids\"")
+        longest = self.conversation().longest_prompt(self.isl, self.osl)
+        if longest + self.osl > MAX_TOKENS:
+            raise ValueError(f"a conversation's last turn would be {longest + self.osl} tokens, past any context "
+                             f"window ({MAX_TOKENS})")
         return self
+
+    def conversation(self):
+        from ..measure.prompts import MultiTurn
+
+        return MultiTurn(self.turns, self.turn_tokens, self.think_time_s or 0.0) if self.kind == "multi_turn" else None
 
     def kv_basis(self) -> tuple[int, int, int | None]:
         """The input and output lengths the KV ceiling is predicted from: a length mix's mean request (what the pool
         holds on average), with its 90th percentile's tokens (None: every request is ISL + OSL)."""
+        if self.kind == "multi_turn":  # the mean turn's prompt; a conversation's last turn holds the most
+            mt = self.conversation()
+            return (self.isl + (mt.turns - 1) * (self.osl + mt.turn_tokens) // 2, self.osl,
+                    mt.longest_prompt(self.isl, self.osl) + self.osl)
         if self.kind != "length_mix":
             return self.isl, self.osl, None
         from ..measure.prompts import LengthMix
@@ -123,6 +155,9 @@ class WorkloadSection(Strict):
         if self.kind == "shared_prefix":
             return (f"shared_prefix {self.isl}/{self.osl}: {self.prefix_groups} groups x {self.prefix_tokens}-token "
                     f"prefix")
+        if self.kind == "multi_turn":
+            return (f"multi_turn {self.isl}/{self.osl}: {self.turns} turns of {self.turn_tokens} new tokens, think "
+                    f"{self.think_time_s or 0:g} s")
         if self.kind == "length_mix":
             return (f"length_mix {self.isl}/{self.osl}: log-normal sigma {self.length_sigma:g}, clipped at "
                     f"{self.isl_max}/{self.osl_max}")
@@ -139,7 +174,7 @@ class WorkloadSection(Strict):
         mix = LengthMix(self.length_sigma, self.isl_max, self.osl_max) if self.kind == "length_mix" else None
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
                         prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None,
-                        shared_prefix=prefix, length_mix=mix)
+                        shared_prefix=prefix, length_mix=mix, multi_turn=self.conversation())
 
 
 # Keys a profile may still use for one release, and what replaced them (the deprecation line names the new key).

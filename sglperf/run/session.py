@@ -26,6 +26,7 @@ from ..categories import InfraError, UsageError
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
+from ..measure.workload_metrics import turn_table
 from ..redact import api_key_from_env, argv_secrets, env_secrets, redact, register, url_secrets
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult, Rate, level_name
@@ -407,6 +408,8 @@ class Suite(Servers):
                                  + ("" if r.valid else "  INVALID: " + "; ".join(r.invalid_reasons)))
                     if c.faster.get(str(lv)):
                         lines.append(f"    {c.faster[str(lv)]}")
+                    if r.by_turn:
+                        lines += turn_table(r.by_turn)
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
         lines += self.candidates + self.pushed

@@ -35,6 +35,19 @@ class RadixCache:
         self.cached_tokens += hit
         return hit
 
+    def insert(self, ids: list[int]) -> None:
+        """A finished request's prompt and output ids cached, as SGLang caches a finished request's tokens: the next
+        turn of a conversation, which sends them back with its new message, finds them (no hit is counted here)."""
+        if not self.enabled:
+            return
+        h = 0
+        for tok in ids:
+            h = hash((h, tok))
+            self._nodes[h] = None
+            self._nodes.move_to_end(h)
+        while len(self._nodes) > self.capacity:
+            self._nodes.popitem(last=False)
+
     @property
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0

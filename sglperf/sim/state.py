@@ -49,6 +49,7 @@ class Stream:
     fault_at: int = 0
     degenerate: bool = False  # --fault-degenerate-output: every token id 0, at the same speed
     cached_tokens: int = 0  # the prompt's prefix its prefix cache served (sim/radix.py)
+    prompt_ids: list[int] | None = None  # as the prefix cache saw them: cached with the output once finished
 
     def output_ids(self, vocab: int, n: int | None = None) -> list[int]:
         """A greedy model's output: the same prompt gives the same ids, at any speed."""
@@ -239,6 +240,8 @@ class SimServer:
                 st.num_retractions = req.num_retractions if req else 0
                 st.verify_ct, st.accepted = (req.verify_ct, req.accepted) if req else (0, 0)
                 self.engine.forget(ev.rid)
+                if st.prompt_ids is not None:
+                    self.radix.insert(st.prompt_ids + st.output_ids(self.preset.vocab_size))
                 if m:
                     lab = dict(**m.tl, is_streaming="true")
                     m.prompt_tokens.labels(**lab).inc(st.input_len)
@@ -319,7 +322,8 @@ class SimServer:
                 if kind == "error" and self.rng.random() < 0.5:
                     st.fault = "abort"
                 break
-        st.cached_tokens = self.radix.admit(prompt_ids(prompt, input_len, base))
+        st.prompt_ids = prompt_ids(prompt, input_len, base)
+        st.cached_tokens = self.radix.admit(st.prompt_ids)
         self.engine.add_request(rid, input_len, max_new, cached=st.cached_tokens)
         self.streams[rid] = st
         self.wake.set()
