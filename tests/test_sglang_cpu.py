@@ -75,3 +75,35 @@ def test_real_sglangs_radix_cache_serves_a_shared_prefix_and_disabling_it_fails_
     assert p.returncode == 1, out[-3000:]
     assert ("PREFIX CACHE REGRESSION: cpu-sglang-prefix/radix c4: 0.000 ± 0.000 of prompt tokens served from the "
             "prefix cache, the workload allows 0.750") in out
+
+
+def test_real_sglang_serves_each_conversations_history_from_its_radix_cache_and_disabling_it_fails_by_turn(tmp_path):
+    """Real SGLang 0.5.23 on the CPU under cpu-sglang-agentic (conversations of 4 turns, 128 tokens then 32 a turn,
+    32 back): its radix cache keeps each finished turn, so the next turn's history comes from cache (each request's
+    meta_info cached_tokens, all but the reply's last token), and TTFT after the first turn is the new tokens'
+    prefill. With --disable-radix-cache nothing is cached, every turn prefills its whole history, and the prefix
+    cache claim says so in its own category."""
+    _require_sglang()
+
+    def suite(reports, *args):
+        cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang",
+               "--profile", "cpu-sglang-agentic", "-k", "prefix_cache or request_health", "--reports-dir",
+               str(reports), *args]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = suite(tmp_path / "on")
+    assert p.returncode == 0, out[-3000:]
+    assert "turn  requests  prompt  TTFT p50/p90 ms  TPOT p50 ms  cached / allowed" in out
+    (run_file,) = (tmp_path / "on" / "runs").glob("*.json")
+    level = json.loads(run_file.read_text())["configs"]["radix"]["levels"]["4"]
+    turns = level["by_turn"]
+    assert set(turns) == {"0", "1", "2", "3"}, turns
+    for t in ("1", "2", "3"):  # the history, less the reply's last token (no KV yet when the request finished)
+        assert 0.9 * turns[t]["cache_allowed"] < turns[t]["cache_share"] <= turns[t]["cache_allowed"], turns[t]
+    p, out = suite(tmp_path / "off", "--server-arg=--disable-radix-cache")
+    assert p.returncode == 1, out[-3000:]
+    assert "PREFIX CACHE REGRESSION: cpu-sglang-agentic/radix c4: 0.000 ± 0.000 of prompt tokens served" in out
+    (run_file,) = (tmp_path / "off" / "runs").glob("*.json")
+    off = json.loads(run_file.read_text())["configs"]["radix"]["levels"]["4"]["by_turn"]
+    assert off["3"]["ttft_p50_ms"] > 2 * turns["3"]["ttft_p50_ms"], "the last turn prefills its whole history"
