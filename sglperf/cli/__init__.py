@@ -27,13 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("llamacpp", help="build llama-server / make the tiny model (sglperf llamacpp build|model|paths)")
     sub.add_parser("sglang", help="real SGLang on the CPU for the tests (sglperf sglang prepare --cpu | paths)")
     from ..report import drift, html
-    from . import baseline, bench, compare, export, history
+    from . import baseline, bench, compare, export, history, replay
 
     for name, module, help_ in (
             ("bench", bench, "sweep a running server and print sustained throughput per level"),
             ("report", html, "generate the Allure HTML report offline (pinned npm allure)"),
             ("baseline", baseline, "show, update or calibrate baselines"),
             ("compare", compare, "is run B slower than run A: per level, with intervals and what changed"),
+            ("replay", replay, "send a Mooncake-layout trace on its timestamps and say how late and how cached"),
             ("export", export, "run files as reports other tools read (--format llm-d)"),
             ("drift", drift, "change points in the run history, with the environment changes there"),
             ("history", history, "the fleet's results database: import, push, ls, migrate")):
