@@ -364,6 +364,8 @@ def test_a_conversation_run_prints_its_turns_and_a_disabled_radix_cache_fails_as
     assert level["valid"] and set(level["by_turn"]) == {"0", "1", "2", "3", "4", "5"}
     assert 0.8 < level["prefix_cache_share"] <= level["prefix_cache_allowed"]
     assert run["fingerprint"]["workload"] == "multi_turn 128/32: 6 turns of 32 new tokens, think 0 s"
+    (line,) = [json.loads(x) for x in (tmp_path / "on" / "history.jsonl").read_text().splitlines()]
+    assert line["levels"][0]["by_turn"] == level["by_turn"], "the history keeps the table by turn"
     p, out = suite(tmp_path / "off", "--server-arg=--disable-radix-cache")
     assert p.returncode == 1, out[-3000:]
     assert "PREFIX CACHE REGRESSION: sim-agentic/radix c4: 0.000 ± 0.000 of prompt tokens served" in out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..categories import Category
 from ..fileio import jsonl
+from ..measure.workload_metrics import turn_table
 from ..records import METRICS, LevelResult, Rate, level_name
 from ..redact import redact
 
@@ -83,6 +84,8 @@ def attach_level(meas, plots: bool = True) -> None:
     r = meas.result
     allure.attach(json.dumps(redact(r.to_dict()), indent=2), "level result.json",
                   allure.attachment_type.JSON)
+    if r.by_turn:  # a conversation workload: its level by turn depth
+        allure.attach("\n".join(turn_table(r.by_turn, indent="")), "by turn.txt", allure.attachment_type.TEXT)
     rows = jsonl(meas.records).decode()
     if len(rows) > 1_000_000:
         allure.attach(gzip.compress(rows.encode(), mtime=0), "requests.jsonl.gz", extension="jsonl.gz")

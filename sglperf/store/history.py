@@ -43,6 +43,7 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
                 config=cname, level=int(lv), valid=ok, invalid_reasons=list(r.invalid_reasons),
                 sustained_output_tps_ci95=r.sustained_output_tps_ci95 if ok else None,
                 disturbances=list(r.disturbances), gpu=dict(r.gpu), faster=c.faster.get(str(lv)),
+                by_turn=r.by_turn if ok else None,
                 **{name: (m.read(r) if ok else None) for name, m in METRICS.items()}))
     return HistoryRecord(run_id=run.run_id, time=run.finished or run.started, profile=run.profile,
                          engine=run.engine, hardware_class=run.hardware_class, complete=run.complete,

@@ -194,6 +194,7 @@ HistoryLevel = create_model(
     disturbances=(list[str], []),
     gpu=(dict[str, Any], {}),  # per GPU index: clocks, power and clock-event reasons in the window (gpu.summarize)
     faster=(str | None, None),  # the level beat its baseline by more than the tolerance (judge/floor.faster)
+    by_turn=(dict[str, dict[str, float | None]] | None, None),  # a conversation workload, by turn depth
     **{name: (float | None, None) for name in METRICS},
 )
 
