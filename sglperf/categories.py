@@ -15,6 +15,7 @@ class Category(Enum):
     LATENCY = ("LATENCY REGRESSION", "Latency regression")
     PLATEAU = ("KV PLATEAU VIOLATED", "KV plateau violated")
     PREFIX_CACHE = ("PREFIX CACHE REGRESSION", "Prefix cache regression (shared prompts no longer served from cache)")
+    ACCEPTANCE = ("ACCEPTANCE REGRESSION", "Acceptance regression (speculative decoding's draft accepted less)")
     INCONCLUSIVE = ("INCONCLUSIVE", "Inconclusive (re-run; the level needed more time than allowed)")
     INVALID = ("INVALID MEASUREMENT", "Invalid measurement")
     INFRA = ("INFRASTRUCTURE", "Infrastructure (server failed to start or died)")
@@ -40,8 +41,8 @@ class Category(Enum):
 # is stale, or the stack or the workload changed). Shown in the summary, the report and the history; never fails.
 FASTER = "FASTER THAN BASELINE"
 
-REGRESSION, LATENCY, PLATEAU, PREFIX_CACHE, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED, WRONG = (
-    c.prefix for c in Category)
+(REGRESSION, LATENCY, PLATEAU, PREFIX_CACHE, ACCEPTANCE, INCONCLUSIVE, INVALID, INFRA, USAGE, DEGENERATE, CHANGED,
+ WRONG) = (c.prefix for c in Category)
 
 
 class SglperfError(Exception):

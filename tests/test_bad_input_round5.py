@@ -90,6 +90,9 @@ def test_an_abbreviated_secret_flag_and_a_server_url_password_leave_no_file_of_t
     (["--rates", "nan"], "rates must be finite numbers of requests per second > 0, got 'nan'"),
     (["--levels", "8", "--length-mix", "0.5,100000000,128"], "maxima from 1 to 10,000,000 tokens"),
     (["--levels", "8", "--ci-target", "0.7"], "--ci-target 0.7: input should be less than or equal to 0.5"),
+    (["--levels", "8", "--ci-target", "nan"], "--ci-target nan: input should be a finite number"),
+    (["--levels", "8", "--max-seconds", "inf"], "--max-seconds inf: input should be a finite number"),
+    (["--rates", "5", "--max-concurrency", "1500000000"], "past the most this kernel lets any process open"),
 ])
 def test_bench_refuses_what_no_measurement_can_be_before_it_connects(args, says):
     p = subprocess.run([sys.executable, "-m", "sglperf", "bench", "--url", "http://127.0.0.1:9", *args],

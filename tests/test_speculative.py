@@ -111,7 +111,7 @@ def test_a_throughput_floor_missed_says_whether_the_draft_or_the_verify_step_mov
 
     out = FloorVerdict("regression", "sustained_output_tps", 880.0, 10.0, 950.0, 1000.0, 0.05,
                        "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps 880.0 ± 10.0 tok/s")
-    drafted = FloorVerdict("regression", "acceptance_length", 2.6, 0.02, 2.95, 3.1, 0.05, "THROUGHPUT REGRESSION: ...")
+    drafted = FloorVerdict("regression", "acceptance_length", 2.6, 0.02, 2.95, 3.1, 0.05, "ACCEPTANCE REGRESSION: ...")
     said = attributed([out, drafted])[0].message
     assert said.endswith("; output -12.0% with acceptance 3.10 -> 2.60 (-16.1%): the draft's share")
     same = FloorVerdict("pass", "acceptance_length", 3.09, 0.02, 2.95, 3.1, 0.05, "")
@@ -164,7 +164,7 @@ def test_a_lower_acceptance_fails_the_throughput_floor_naming_the_draft_and_the_
     p, out = spec_suite(tmp_path, "--levels", "16", "--server-arg=--sim-accept-length=2.0")
     assert p.returncode == 1, out[-3000:]
     assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps" in out
-    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: acceptance_length" in out
+    assert "ACCEPTANCE REGRESSION: sim-spec/eagle c16: acceptance_length" in out
     assert ": the draft's share" in out and "the verify step slowed" not in out
 
 
@@ -174,7 +174,7 @@ def test_a_slower_verify_step_with_the_same_acceptance_fails_naming_the_verify_s
     assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: sustained_output_tps" in out
     assert "acceptance unchanged" in out and "the verify step slowed" in out
     assert "disagree on how many tokens were streamed" not in out, "counted by its finished requests while it drafts"
-    assert "THROUGHPUT REGRESSION: sim-spec/eagle c16: acceptance_length" not in out
+    assert "ACCEPTANCE REGRESSION: sim-spec/eagle c16: acceptance_length" not in out
 
 
 def test_a_pinned_acceptance_that_holds_is_judged_and_one_that_does_not_is_invalid(tmp_path):
@@ -217,7 +217,7 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     p, out = llama("draft", "--baseline-file", str(bfile), "--server-arg=--model-draft", f"--server-arg={worse}")
     assert p.returncode == 1, out[-3000:]
     assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: sustained_output_tps" in out, out[-3000:]
-    assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" in out
+    assert "ACCEPTANCE REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" in out
     assert ": the draft's share" in out and "the verify step slowed" not in out
 
     slower = llamacpp_build.make_model(idle_layers=24)
@@ -226,4 +226,4 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: sustained_output_tps" in out, out[-3000:]
     assert "acceptance unchanged" in out and "the verify step slowed" in out
     assert "disagree on how many tokens were streamed" not in out, "counted by its finished requests while it drafts"
-    assert "THROUGHPUT REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" not in out
+    assert "ACCEPTANCE REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" not in out

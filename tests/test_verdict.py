@@ -408,6 +408,12 @@ def test_a_level_whose_server_reports_twice_the_tokens_is_invalid_and_its_floor_
         x, where="sim-ci/rr24-cds4", tolerance=0.02, cap=24))
     checked = _count_checked(run, r)
     assert not checked.valid and "disagree on how many tokens were streamed" in checked.invalid_reasons[-1]
+    assert checked.invalid_reasons[-1].startswith("client 964.9 tok/s"), "the level is named once, by its message"
+    from sglperf.decide.health import start_failure
+
+    said = start_failure("sim-ci/rr24-cds4", checked, None, None)
+    assert said.count("c16") == 1 and said.startswith("INVALID MEASUREMENT: sim-ci/rr24-cds4 c16 cannot be trusted: "
+                                                      "client 964.9"), said
     assert _count_checked(run, dataclasses.replace(r, server_output_tps=965.0, server_ratio=0.9999)).valid
     ev = SimpleNamespace(where=run.where, server_count=run.server_count,
                          measure=lambda lv: SimpleNamespace(result=checked, scrape_source="metrics"))

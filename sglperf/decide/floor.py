@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..categories import ACCEPTANCE, REGRESSION
 from ..environment import fingerprint
 from ..judge.floor import check_floor, faster
 from ..judge.latency import check_ceiling, over_starts, verdict_over_starts
@@ -82,7 +83,9 @@ class Floor:
 
     def _judge(self, ev, path, entries, results, last=False):
         return [check_floor(results, e, where=f"{ev.where} {level_name(self.level)}", baseline_source=str(path),
-                            log_path=ev.log_path, last=last, env_diff=_env_diff(ev, e)) for e in entries.values()]
+                            log_path=ev.log_path, last=last, env_diff=_env_diff(ev, e),
+                            regression=ACCEPTANCE if e.metric == "acceptance_length" else REGRESSION)
+                for e in entries.values()]
 
     def _over_starts(self, ev, bf, path, entries, starts) -> Outcome:
         level, allowed, shown = self.level, ev.profile.measurement.max_starts, []

@@ -13,6 +13,12 @@ from .evidence import Evidence
 from .outcome import Outcome
 
 
+def log_words(path: str | None) -> str:
+    """Where a failure's details are (evidence.log_path: the suite's server log, or where to look instead); nothing
+    where no log is known (a replayed run)."""
+    return f". Server log: {path}" if path else ""
+
+
 @dataclass(frozen=True)
 class RequestHealth:
     level: int
@@ -21,12 +27,12 @@ class RequestHealth:
         m = ev.measure(self.level)
         r, where = m.result, f"{ev.where} {level_name(self.level)}"
         if r.incomplete:
-            return Outcome.fail(f"{INFRA}: {where}: {r.note}. Server log: {ev.log_path}")
+            return Outcome.fail(f"{INFRA}: {where}: {r.note}{log_words(ev.log_path)}")
         if r.errors:
             bad = [rec for rec in m.records if rec.error]
             examples = "; ".join(f"#{rec.index} {rec.error}: {rec.error_detail}" for rec in bad[:3])
             return Outcome.fail(f"{INVALID}: {where}: " + "; ".join(r.invalid_reasons)
-                                + f". First failures: {examples}. Server log: {ev.log_path}")
+                                + f". First failures: {examples}{log_words(ev.log_path)}")
         if not r.valid:
             return Outcome.fail(f"{INVALID}: {where}: " + "; ".join(r.invalid_reasons))
         return Outcome.passed()
@@ -36,13 +42,13 @@ def start_failure(where: str, r, log_path: str | None, canary: str | None) -> st
     """Why one start of a level cannot be judged by any claim: it did not finish (infrastructure), it cannot be
     trusted (invalid), or the output canary failed (`canary`: its words); None when it can be judged."""
     if r.incomplete:
-        return f"{INFRA}: {where} {r.name}: {r.note}. Server log: {log_path}"
+        return f"{INFRA}: {where} {r.name}: {r.note}{log_words(log_path)}"
     wrong = [x for x in r.invalid_reasons if x.startswith(UNDER_LOAD)]
     if wrong:  # fast but wrong, found during the level: the canary's category, not a mere invalid measurement
-        return f"{Category.DEGENERATE.prefix}: {where} {r.name}: {wrong[0]}. Server log: {log_path}"
+        return f"{Category.DEGENERATE.prefix}: {where} {r.name}: {wrong[0]}{log_words(log_path)}"
     if not r.valid:
         return (f"{INVALID}: {where} {r.name} cannot be trusted: " + "; ".join(r.invalid_reasons)
-                + f". Server log: {log_path}")
+                + log_words(log_path))
     return canary
 
 
@@ -62,7 +68,8 @@ def count_checked(run, r: LevelResult) -> LevelResult:
     v = run.server_count(r)
     if v.outcome != "invalid":
         return r
-    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, v.message.removeprefix(f"{INVALID}: ")))
+    why = v.message.removeprefix(f"{INVALID}: ").removeprefix(f"{run.where} {r.name}: ")  # the level names itself
+    return replace(r, valid=False, invalid_reasons=(*r.invalid_reasons, why))
 
 
 PIN_TOLERANCE = 0.05  # a pinned acceptance may read this much off (a request's last step accepts what is left)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Callable
 
 import psutil
@@ -101,6 +102,14 @@ class HostMonitor:
 FD_RESERVE = 64  # open files the suite needs beside its streams: logs, pipes, scrapes, /proc reads, a shard's own
 
 
+def kernel_open_files_max() -> int | None:
+    """The most open files the kernel lets one process have (fs.nr_open), where it says."""
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
     """Why a level of `concurrency` streams (over `procs` client processes: one connection each) cannot be held
     within this process's hard open-file limit, or None. (The load generator raises its soft limit to the hard one,
@@ -115,6 +124,11 @@ def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
     need = -(-concurrency // max(1, procs)) + open_now + FD_RESERVE
     if hard == resource.RLIM_INFINITY or need <= hard:
         return None
+    ceiling = kernel_open_files_max()
+    if ceiling is not None and need > ceiling:  # no ulimit reaches it: raising one is no advice
+        return (f"{option}: {concurrency:,} concurrent requests would need about {need:,} open files in one client "
+                f"process, past the most this kernel lets any process open ({ceiling:,}, /proc/sys/fs/nr_open): "
+                f"measure fewer, or spread them over processes with --client-procs")
     return (f"{option}: a level of {concurrency:,} streams needs about {need:,} open files in one client process "
             f"(one connection per stream, {open_now + FD_RESERVE} for the suite), but this process may open at most "
             f"{hard:,} (ulimit -n, hard limit): raise it (ulimit -n {need} as root, LimitNOFILE= in a systemd unit, "

@@ -11,7 +11,7 @@ from scipy import stats
 from ..store.baselines import Entry
 from .noise import FALSE_ALARM, MIN_TOLERANCE
 from .noise import of as noise_of
-from ..categories import FASTER, INCONCLUSIVE, PREFIX_CACHE, REGRESSION
+from ..categories import ACCEPTANCE, FASTER, INCONCLUSIVE, PREFIX_CACHE, REGRESSION
 from ..environment.gpu import describe as gpu_describe
 from ..records import METRICS, LevelResult, half_width, value_format
 from .disturbance import STEAL_NAMED, steal_share
@@ -40,7 +40,7 @@ class FloorVerdict:
     def detail(self) -> str:
         """The message without its category prefix: what an INVALID (disturbed) level quotes of its measurement,
         so the failure carries one category, not a REGRESSION inside an INVALID."""
-        for prefix in (REGRESSION, PREFIX_CACHE, INCONCLUSIVE):
+        for prefix in (REGRESSION, PREFIX_CACHE, ACCEPTANCE, INCONCLUSIVE):
             if self.message.startswith(prefix + ": "):
                 return self.message[len(prefix) + 2:]
         return self.message

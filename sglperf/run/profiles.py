@@ -24,8 +24,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
-DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "cpu_engine": "cpu-llamacpp",
-                              "gpu1": "gpu1-llamacpp", "cpu_sglang": "cpu-sglang"}
+DEFAULT_PROFILE_FOR_MARKER = {"gpu8": "glm5-nvfp4-tp8", "sim": "sim-ci", "sim_long": "sim-long",
+                              "cpu_engine": "cpu-llamacpp", "gpu1": "gpu1-llamacpp", "cpu_sglang": "cpu-sglang"}
 
 
 class ProfileError(UsageError):
@@ -246,10 +246,13 @@ class MeasurementSection(Strict):
 
         field = cls.model_fields[key]
         try:
-            out = TypeAdapter(Annotated.__class_getitem__((field.annotation, *field.metadata))).validate_python(value)
-            if isinstance(out, float) and not math.isfinite(out):
-                raise UsageError(f"{option} {value}: input should be a finite number ({field.description})")
-            return out
+            number = float(value)
+        except (TypeError, ValueError):
+            number = 0.0  # not a number at all: the field's own check says so
+        if not math.isfinite(number):  # before the range: nan is not "above the maximum", it is no number
+            raise UsageError(f"{option} {value}: input should be a finite number ({field.description})")
+        try:
+            return TypeAdapter(Annotated.__class_getitem__((field.annotation, *field.metadata))).validate_python(value)
         except ValidationError as e:
             raise UsageError(f"{option} {value}: {e.errors()[0]['msg'].lower()} ({field.description})") from None
 
@@ -355,7 +358,7 @@ class Profile(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names files: logs, baselines, run files
     description: str = ""
     engine: str
-    marker: Literal["gpu8", "gpu1", "sim", "cpu_engine", "cpu_sglang"]
+    marker: Literal["gpu8", "gpu1", "sim", "sim_long", "cpu_engine", "cpu_sglang"]
     hardware: HardwareSection = HardwareSection()
     server: ServerSection
     workload: WorkloadSection

@@ -63,7 +63,9 @@ class ConfigRun:
 
     @property
     def log_path(self) -> str | None:
-        return str(self.server.log_path) if self.server.log_path else None
+        """The server log the suite wrote; for a server it did not start (--server-url), where to look instead."""
+        return str(self.server.log_path) if self.server.log_path else "none written by the suite (--server-url: " \
+                                                                      "the server's own log has the details)"
 
     @property
     def hardware_class(self) -> str:
