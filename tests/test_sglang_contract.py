@@ -18,7 +18,7 @@ import requests
 
 from sglperf import engines
 from sglperf.engines import sglang_cpu
-from sglperf.engines.sglang import VENDORED_FLAGS
+from sglperf.engines.sglang import VENDORED_FLAGS, SGLang
 from sglperf.run.launch import LaunchSpec, launch
 from sglperf.run.profiles import load as load_profile
 from sglperf.sim import contract
@@ -141,3 +141,36 @@ def test_a_key_the_simulator_drops_or_retypes_is_found():
     assert "/server_info: the simulator has no 'page_size' (SGLang: 1)" in diff
     assert any("'max_total_num_tokens' is a number in SGLang" in d for d in diff)
     assert any("the simulator's last event ends with finish_reason 'length'" in d for d in diff)
+
+
+@pytest.mark.parametrize("name", ["glm5-nvfp4-tp8", "glm5-nvfp4-tp8-1k1k", "glm5-nvfp4-tp8-8k1k"])
+def test_the_glm5_profiles_command_lines_are_parsed_by_the_installed_sglangs_own_parser(name):
+    """Each config's arguments through SGLang 0.5.23's ServerArgs parser itself (the real package, on the CPU):
+    it parses them and keeps the values the profile asked for."""
+    _require_sglang()
+    prof = load_profile(name)
+    for c in prof.configs:
+        argv = prof.launch_argv(c.name, model_path="nvidia/GLM-5-NVFP4")
+        args = argv[argv.index("--model-path"):]
+        code = ("import argparse, json, sys; from sglang.srt.server_args import ServerArgs; "
+                "p = argparse.ArgumentParser(); ServerArgs.add_cli_args(p); a = p.parse_args(sys.argv[1:]); "
+                "print(json.dumps({k: a.__dict__[k] for k in ('tp_size', 'max_running_requests', 'quantization')}))")
+        out = subprocess.run([str(sglang_cpu.python()), "-c", code, *args], capture_output=True, text=True,
+                             env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"})
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["tp_size"] == 8 and got["quantization"] == "modelopt_fp4" and got["max_running_requests"] in (
+            1024, 2048), got
+
+
+@pytest.mark.parametrize("name, isl, osl, ceiling", [("glm5-nvfp4-tp8-1k1k", 1024, 1024, 241),
+                                                     ("glm5-nvfp4-tp8-8k1k", 8192, 1024, 53)])
+def test_a_long_context_profiles_ladder_crosses_the_kv_ceiling_its_lengths_give(name, isl, osl, ceiling):
+    """The seed's pool (495,488 tokens in 64-token pages) over each request's pages: the ceiling follows the lengths,
+    and the ladder has two levels past it for the plateau."""
+    prof = load_profile(name)
+    c = SGLang().ceiling({"max_total_num_tokens": 495488, "page_size": 64, "max_running_requests": 2048},
+                                prof.workload.isl, prof.workload.osl)
+    assert (prof.workload.isl, prof.workload.osl) == (isl, osl)
+    assert c.effective == ceiling and c.binding == "kv"
+    assert len([lv for lv in prof.levels if lv > ceiling]) >= 2 and min(prof.levels) < ceiling

@@ -59,11 +59,7 @@ def test_real_sglangs_radix_cache_serves_a_shared_prefix_and_disabling_it_fails_
     _require_sglang()
 
     def suite(reports, *args):
-        cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang",
-               "--profile", "cpu-sglang-prefix", "-k", "prefix_cache or request_health", "--reports-dir",
-               str(reports), *args]
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
-        return p, p.stdout + p.stderr
+        return _cache_suite("cpu-sglang-prefix", reports, *args)
 
     p, out = suite(tmp_path / "on")
     assert p.returncode == 0, out[-3000:]
@@ -86,11 +82,7 @@ def test_real_sglang_serves_each_conversations_history_from_its_radix_cache_and_
     _require_sglang()
 
     def suite(reports, *args):
-        cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang",
-               "--profile", "cpu-sglang-agentic", "-k", "prefix_cache or request_health", "--reports-dir",
-               str(reports), *args]
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
-        return p, p.stdout + p.stderr
+        return _cache_suite("cpu-sglang-agentic", reports, *args)
 
     p, out = suite(tmp_path / "on")
     assert p.returncode == 0, out[-3000:]
@@ -107,3 +99,11 @@ def test_real_sglang_serves_each_conversations_history_from_its_radix_cache_and_
     (run_file,) = (tmp_path / "off" / "runs").glob("*.json")
     off = json.loads(run_file.read_text())["configs"]["radix"]["levels"]["4"]["by_turn"]
     assert off["3"]["ttft_p50_ms"] > 2 * turns["3"]["ttft_p50_ms"], "the last turn prefills its whole history"
+
+
+def _cache_suite(profile: str, reports, *args):
+    """The perf suite's prefix-cache and request-health claims of `profile`, real SGLang on the CPU."""
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "cpu_sglang", "--profile",
+           profile, "-k", "prefix_cache or request_health", "--reports-dir", str(reports), *args]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=user_env())
+    return p, p.stdout + p.stderr

@@ -34,6 +34,10 @@ class StepTimeModel:
     round_per_seq_s: float  # per running sequence per scheduling round
     n_experts: int = 256
     experts_per_token: int = 8
+    # per KV token the decode batch's attention reads (every running sequence's context): what makes a long
+    # context's decode step slower than a short one's. 0 in the seed's fit (128/128: the context is small beside
+    # the fixed cost); the long-context preset sets it
+    decode_per_kv_token_s: float = 0.0
 
     def moe(self, tokens: int) -> float:
         if tokens <= 0:
@@ -43,8 +47,9 @@ class StepTimeModel:
         tiles = max(1.0, per_expert / self.moe_tile_tokens)
         return touched * tiles * self.moe_expert_s
 
-    def decode(self, batch: int) -> float:
-        return self.decode_fixed_s + self.decode_per_seq_s * batch + self.moe(batch)
+    def decode(self, batch: int, kv_tokens: int = 0) -> float:
+        return self.decode_fixed_s + self.decode_per_seq_s * batch + self.decode_per_kv_token_s * kv_tokens \
+            + self.moe(batch)
 
     def prefill(self, tokens: int) -> float:
         return self.prefill_fixed_s + self.prefill_per_token_s * tokens + self.moe(tokens)
@@ -339,7 +344,8 @@ class Engine:
         retracted = self._retract_if_needed()
         decoding = [r for r in self.running if r.state == RUNNING]
         start = self.now
-        duration = self._noisy(overhead + cfg.step_time.decode(len(decoding)) * (1 + cfg.verify_cost))
+        kv = sum(r.seq_len for r in decoding)
+        duration = self._noisy(overhead + cfg.step_time.decode(len(decoding), kv) * (1 + cfg.verify_cost))
         self.now += duration
         events, tokens = [], 0
         for r in decoding:
