@@ -155,3 +155,42 @@ def test_an_empty_canary_answer_is_degenerate_and_a_short_output_gets_no_ignore_
     refused = RequestRecord(0, 0.0, 1.0, 16, 16, error="http_status", http_status=422,
                             error_detail="HTTP 422: {\"detail\":\"Unexpected fields in the request: {'ignore_eos'}\"}")
     assert "hint: the server refuses ignore_eos" in explain_failures([refused])
+
+
+def test_a_server_launched_onto_a_full_disk_starts_all_the_same_and_never_blocks_on_its_log(tmp_path):
+    """A fresh server start on a full disk (a restart a claim asked for): its registry entry and its log cannot be
+    written; it starts anyway, answers, and its output is still drained (a pipe left full would hang it)."""
+    import subprocess
+
+    import requests
+
+    from sglperf.run.launch import LaunchSpec, launch
+
+    from .conftest import SIM
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("no tmpfs mount here (not root, or not allowed)")
+    try:
+        (mnt / ".servers").mkdir()
+        (mnt / "logs").mkdir()
+        with open(mnt / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"x" * 4096)
+            except OSError:
+                pass
+        srv = launch(LaunchSpec(name="sim", argv=[*SIM, "--preset", "ci", "--log-level", "debug"],
+                                log_dir=mnt / "logs", registry=mnt / ".servers", launch_timeout_s=30,
+                                terminate_timeout_s=10))
+        try:
+            assert srv._registered is None
+            for _ in range(50):  # enough requests for debug logging to fill a pipe many times over
+                r = requests.post(srv.url + "/generate", json={"text": "hello", "sampling_params": {
+                    "max_new_tokens": 4}}, timeout=10)
+                assert r.status_code == 200
+        finally:
+            assert not srv.stop().survivors
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -89,7 +89,10 @@ def _register(registry: Path | None, proc: subprocess.Popen, spec: "LaunchSpec",
              "argv": redact_argv(argv, list(spec.secrets)), "log": str(log_path),
              "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     path = registry / f"{proc.pid}.json"
-    atomic_write_json(path, entry)
+    try:
+        atomic_write_json(path, entry)
+    except OSError:  # a full disk: the server still runs and is stopped by this run; only a kill -9 would orphan it
+        return None
     return path
 
 
@@ -157,11 +160,17 @@ def _in_group(pid: int, pgid: int) -> bool:
 def _pump(src, dst, secrets: tuple[str, ...]) -> None:
     """Copy the server's output to its log file line by line, replacing secrets (SGLang logs its api_key)."""
     words = [w.encode() for w in secrets if w]
+    lost = False  # the log's disk is full: the pipe is still drained, or the server would block writing to it
     try:
         for line in iter(src.readline, b""):
+            if lost:
+                continue
             for w in words:
                 line = line.replace(w, b"<redacted>")
-            dst.write(line)
+            try:
+                dst.write(line)
+            except OSError:
+                lost = True
     finally:
         src.close()
 
@@ -431,7 +440,10 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name).strip("._") or "server"
     log_path = log_dir / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
     log_file = open(log_path, "ab", buffering=0)
-    log_file.write(("# " + " ".join(redact_argv(argv, list(spec.secrets))) + "\n").encode())
+    try:
+        log_file.write(("# " + " ".join(redact_argv(argv, list(spec.secrets))) + "\n").encode())
+    except OSError:
+        pass  # a full disk: the server is started all the same (_pump drains its output)
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
