@@ -108,3 +108,22 @@ def test_between_start_noise_widens_the_interval():
     both = rule.change("x", "c8", a, b, Noise(cv=0.05, df=20.0, within=0.005, runs=6))
     assert own.verdict == rule.SLOWER and not own.between_known
     assert both.high - both.low > 3 * (own.high - own.low) and both.between_known
+
+
+GLM = GPU / "h100-sglang-0.5.17-glm-slowdowns"
+
+
+@pytest.mark.parametrize("slowed, flag, c32, c64", [
+    ("cg8-20261207-045913-1c4f7b.json", "--cuda-graph-max-bs-decode=8", "-80.5%", "-84.7%"),
+    ("no-overlap-20261207-050228-49d6ef.json", "--disable-overlap-schedule", "-26.7%", "-27.2%"),
+])
+def test_the_glm_shaped_moe_slowed_by_a_deployment_flag_is_slower_at_both_levels_naming_it(capsys, slowed, flag,
+                                                                                            c32, c64):
+    """Real SGLang 0.5.17 serving the GLM-shaped MoE on one H100 start, three runs back to back: healthy, then with a
+    smaller CUDA-graph batch, then without the overlap scheduler (which a GPU-bound shape needs: the tiny model ran
+    44% faster without it)."""
+    rc, out, _ = run(capsys, GLM / "healthy-20261207-045647-5a46d5.json", GLM / slowed)
+    assert rc == 1
+    assert f"rr16 c32: A 4,478.1 ± 2.6% (1 start)" in out and f"{c32} (95%:" in out and f"{c64} (95%:" in out
+    assert out.count("SLOWER: all of the interval below zero") == 2
+    assert f"server_args (+ {flag})" in out

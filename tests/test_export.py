@@ -79,3 +79,13 @@ def test_the_pinned_schema_refuses_a_report_missing_what_it_requires(path, where
     del node[where[-1]]
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
+
+
+def test_a_glm_shaped_moe_run_on_an_h100_exports_valid_reports(tmp_path, capsys):
+    glm = DATA / "gpu" / "h100-sglang-0.5.17-glm-slowdowns" / "healthy-20261207-045647-5a46d5.json"
+    assert main(["export", "--format", "llm-d", str(glm), "--out", str(tmp_path)]) == 0
+    docs = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("*.json"))]
+    assert len(docs) == 2
+    for doc in docs:
+        validate(doc)
+        assert doc["scenario"]["stack"][0]["native"]["args"]["--model-path"] == "{sglang_gpu_glm_moe_wide_model}"
