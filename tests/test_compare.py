@@ -124,6 +124,6 @@ def test_the_glm_shaped_moe_slowed_by_a_deployment_flag_is_slower_at_both_levels
     44% faster without it)."""
     rc, out, _ = run(capsys, GLM / "healthy-20261207-045647-5a46d5.json", GLM / slowed)
     assert rc == 1
-    assert f"rr16 c32: A 4,478.1 ± 2.6% (1 start)" in out and f"{c32} (95%:" in out and f"{c64} (95%:" in out
+    assert "rr16 c32: A 4,478.1 ± 2.6% (1 start)" in out and f"{c32} (95%:" in out and f"{c64} (95%:" in out
     assert out.count("SLOWER: all of the interval below zero") == 2
     assert f"server_args (+ {flag})" in out
