@@ -28,8 +28,10 @@ def test_equal_hash_ids_are_equal_token_blocks_and_nothing_else_is_shared():
 
 def test_what_a_prefix_cache_may_serve_is_the_leading_blocks_an_earlier_request_sent():
     reqs = [tr.TraceRequest(0, 40, 4, (1, 2, 3)), tr.TraceRequest(1, 48, 4, (1, 2, 9)),
-            tr.TraceRequest(2, 30, 4, (7, 2)), tr.TraceRequest(3, 16, 4, (1,))]
-    assert tr.shared_tokens(reqs, 16) == [0, 32, 0, 15]  # a whole-prompt hit still computes its last token
+            tr.TraceRequest(2, 30, 4, (7, 2)), tr.TraceRequest(3, 16, 4, (1,)),
+            tr.TraceRequest(4, 48, 4, (1, 2, 3))]
+    # block 3 of the first request held 8 of its 16 tokens: the fifth shares those 8 and no more
+    assert tr.shared_tokens(reqs, 16) == [0, 32, 0, 15, 40]  # a whole-prompt hit still computes its last token
 
 
 @pytest.mark.parametrize("line, said", [

@@ -92,16 +92,22 @@ def prompt(req: TraceRequest, *, seed: int, low: int, high: int, block: int = BL
 
 
 def shared_tokens(trace: list[TraceRequest], block: int = BLOCK_TOKENS) -> list[int]:
-    """Per request, the prompt tokens a prefix cache may serve: its leading blocks that an earlier request sent in
-    the same place (a prefix of blocks, as a radix tree matches), less the one token every prefill computes."""
-    seen: set[tuple[int, ...]] = set()
+    """Per request, the prompt tokens a prefix cache may serve: the tokens of its leading blocks that an earlier
+    request sent in the same place (a prefix of blocks, as a radix tree matches; an earlier request that sent only
+    part of a block shares only that part, and the match ends there), less the one token every prefill computes."""
+    sent: dict[tuple[int, ...], int] = {}  # a prefix of blocks -> the most tokens of its last block sent before
     out = []
     for r in trace:
-        lead = 0
-        while lead < len(r.hash_ids) and r.hash_ids[:lead + 1] in seen:
-            lead += 1
-        out.append(max(0, min(lead * block, r.isl - 1)))
-        seen.update(r.hash_ids[:k] for k in range(1, len(r.hash_ids) + 1))
+        shared = 0
+        for k in range(1, len(r.hash_ids) + 1):
+            got = sent.get(r.hash_ids[:k], 0)
+            shared += got
+            if got < block:
+                break
+        out.append(max(0, min(shared, r.isl - 1)))
+        for k in range(1, len(r.hash_ids) + 1):
+            here = min(block, r.isl - (k - 1) * block)
+            sent[r.hash_ids[:k]] = max(sent.get(r.hash_ids[:k], 0), here)
     return out
 
 
