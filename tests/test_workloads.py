@@ -370,3 +370,20 @@ def test_a_conversation_run_prints_its_turns_and_a_disabled_radix_cache_fails_as
     assert p.returncode == 1, out[-3000:]
     assert "PREFIX CACHE REGRESSION: sim-agentic/radix c4: 0.000 ± 0.000 of prompt tokens served" in out
     assert "each conversation's history is recomputed" in out
+
+
+def test_the_simulator_at_8k_in_1k_out_plateaus_on_its_kv_pool_and_decode_slows_with_the_context(tmp_path):
+    """sim-long (the ci-long preset: 73,728 tokens of KV, 8 requests of 8,192 + 1,024): past 8 the running count stays
+    at 8 and throughput flat (the KV plateau passes, attributed to the pool); TPOT grows from c4 to c8 as the decode
+    step reads more context."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim_long",
+                        "-k", "plateau or sustained or request_health", "--reports-dir", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600, env=user_env())
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    run = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())
+    c = run["configs"]["rr16"]
+    assert c["plateau"]["passed"] and c["plateau"]["attributed_to"] == "kv", c["plateau"]
+    lv = c["levels"]
+    assert all(lv[k]["server_max_running"] <= 8.5 for k in ("12", "16"))
+    assert lv["8"]["tpot_ms"]["median"] > 1.2 * lv["4"]["tpot_ms"]["median"]
