@@ -30,8 +30,8 @@ def test_sim_short_ladder_passes_against_the_committed_baseline(tmp_path):
     p = run_suite(tmp_path, "-m", "sim", "--levels", "8,24,32,64", "--perf-config", "rr24-cds4")
     disturbed = assert_suite_passed(p.returncode, p.stdout)
     # 4 levels x (floor, latency ceilings, health, client vs server) + the plateau + the canary; the A/B skips without
-    # the other config; deselected: the A/B items of the four profiles of other markers
-    assert outcomes(p.stdout) == {"passed": 18 - disturbed, "skipped": 1, "deselected": 4,
+    # the other config; deselected: the A/B items of the five profiles of other markers
+    assert outcomes(p.stdout) == {"passed": 18 - disturbed, "skipped": 1, "deselected": 5,
                                   **({"failed": disturbed} if disturbed else {})}, p.stdout[-2000:]
     runs = list((tmp_path / "reports" / "runs").glob("*.json"))
     doc = json.loads(runs[0].read_text())
@@ -49,7 +49,7 @@ def test_a_15_percent_slowdown_fails_the_floors_with_clear_messages(tmp_path):
     out = p.stdout
     # the two floors and the two latency ceilings fail (every step 1/0.85 as long: TPOT +18%); health and
     # client-vs-server and the output canary pass; the plateau (no level past 48) and the A/B skip
-    assert outcomes(out) == {"failed": 4, "passed": 5, "skipped": 2, "deselected": 4}, out[-2000:]
+    assert outcomes(out) == {"failed": 4, "passed": 5, "skipped": 2, "deselected": 5}, out[-2000:]
     # On a busy machine a level below its floor is INVALID naming the disturbance instead: never a pass, and never a
     # regression the machine could have caused. Either way the measurement is quoted.
     def levels(pattern: str) -> set[str]:
