@@ -127,6 +127,24 @@ def test_a_counter_that_moves_at_completion_is_allowed_one_cohort_at_each_window
     assert "+ 2.0% for timing at the window's edges (240 ms of scrape round trip, 2 x 10 ms of client loop lag" in why
 
 
+def test_a_per_token_counter_is_known_to_one_decode_step_at_each_edge():
+    """Real SGLang 0.5.23 on this CPU, cpu-sglang rr32 c16 (a CI run): 16 running, the server's counter read 348.4
+    tok/s over a 4.6 s window against the client's 337.3 (ratio 0.968), and was called a disagreement at ±3.1%.
+    Its counter moves 16 tokens a step: each window edge is known to a step, 2.0% of the window's tokens."""
+    from sglperf.judge.count import server_agreement
+
+    from .rundocs import result
+
+    r = dataclasses.replace(result(16, value=337.3), window_s=4.6, server_output_tps=348.4, server_ratio=0.9682,
+                            server_mean_running=16.0, server_count_at_completion=False)
+    tol, why = server_agreement(r, tolerance=0.02, cap=32)
+    assert tol == pytest.approx(0.02 + 2 * 16 / (348.4 * 4.6))
+    assert abs(r.server_ratio - 1) <= tol and "one decode step at each edge (16 tokens a step" in why
+    fast = dataclasses.replace(r, window_s=8.0, server_output_tps=4400.0)  # the GLM MoE on an H100: nothing to add
+    assert server_agreement(fast, tolerance=0.02, cap=16)[0] == pytest.approx(0.02 + 2 * 16 / (4400.0 * 8.0))
+    assert 2 * 16 / (4400.0 * 8.0) < 0.001
+
+
 def test_levels_of_several_starts_are_compared_only_with_the_baselines_between_start_noise_in_their_intervals(
         tmp_path):
     """What an undecided plateau falls back on when no start may measure its levels together (test_plateau): each
