@@ -118,25 +118,16 @@ CI = Preset(
 # Long contexts at CI scale: CI's model with a KV pool of 73,728 tokens (8 requests of 8,192 + 1,024) and a decode
 # step that reads every running sequence's context (a full pool adds 7 ms to CI's 6 ms), so an 8K prompt costs its
 # prefill and its decode steps what a short one does not, and the KV pool is the ceiling it is on a GPU.
-CI_LONG = Preset(
+CI_LONG = replace(
+    CI,
     name="ci-long",
     description="CI-scale stand-in for long contexts: 73,728-token KV pool, decode reading the context",
     model_path="sglperf/sim-ci-long",
-    gpu_name="Simulated GPU",
-    gpu_mem_gib=16.0,
-    tp_size=1,
-    weights_gib_per_gpu=8.0,
-    default_mem_fraction_static=0.8,
     kv_tokens_at_default=73_728,
-    page_size=16,
     context_len=16_384,
     chunked_prefill_size=8192,
     max_prefill_tokens=16_384,
     step_time=replace(CI.step_time, decode_per_kv_token_s=1.0e-7),
-    startup_s=0.2,
-    vocab_size=32_000,
-    kv_cache_dtype="auto",
-    architectures=("LlamaForCausalLM",),
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (GLM5_RTXPRO6000_TP8, CI, CI_LONG)}
