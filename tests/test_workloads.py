@@ -48,8 +48,13 @@ def test_shared_prefix_prompts_share_their_groups_prefix_exactly_and_nothing_mor
     ({"kind": "shared_prefix", "prefix_groups": 4, "prefix_tokens": 128}, "must be below isl (128)"),
     ({"prefix_groups": 4, "prefix_tokens": 64}, "are for kind = \"shared_prefix\""),
     ({"kind": "zipf"}, "kind"),
+    ({"kind": "multi_turn", "turns": 4}, "needs turns and turn_tokens"),
+    ({"kind": "multi_turn", "turns": 4, "turn_tokens": 32, "prompt_format": "text"}, "prompt_format \"ids\""),
+    ({"turns": 4, "turn_tokens": 32}, "are for kind = \"multi_turn\""),
+    ({"kind": "multi_turn", "turns": 1, "turn_tokens": 32}, "turns"),
+    ({"kind": "multi_turn", "turns": 256, "turn_tokens": 9_000_000}, "past any context window"),
 ])
-def test_a_shared_prefix_workload_that_cannot_be_made_is_refused_naming_the_key(workload, words):
+def test_a_workload_that_cannot_be_made_is_refused_naming_the_key(workload, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         profiles.WorkloadSection(isl=128, osl=32, **workload)
 
@@ -282,18 +287,6 @@ def test_an_open_loop_profile_runs_its_rates_and_a_server_saturating_below_them_
     assert "FAILED perf_tests/test_levels.py::test_sustained_throughput_floor[sim-rate/rr24/r20]" in out
     line = next(ln for ln in out.splitlines() if "THROUGHPUT REGRESSION: sim-rate/rr24 r20: sustained_output_tps" in ln)
     assert "offered 20 req/s" in line and "the server saturated at about" in line, line
-
-
-@pytest.mark.parametrize("workload, words", [
-    ({"kind": "multi_turn", "turns": 4}, "needs turns and turn_tokens"),
-    ({"kind": "multi_turn", "turns": 4, "turn_tokens": 32, "prompt_format": "text"}, "prompt_format \"ids\""),
-    ({"turns": 4, "turn_tokens": 32}, "are for kind = \"multi_turn\""),
-    ({"kind": "multi_turn", "turns": 1, "turn_tokens": 32}, "turns"),
-    ({"kind": "multi_turn", "turns": 256, "turn_tokens": 9_000_000}, "past any context window"),
-])
-def test_a_conversation_that_cannot_be_held_is_refused_naming_the_key(workload, words):
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        profiles.WorkloadSection(isl=128, osl=32, **workload)
 
 
 def test_a_conversation_is_described_and_its_kv_basis_holds_its_longest_turn():

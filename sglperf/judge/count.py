@@ -41,7 +41,7 @@ def server_agreement(r: LevelResult, *, tolerance: float, cap: int | None) -> tu
                               f"each window edge is uncertain by up to {cohort} tokens ({r.window_s:.0f} s window)")
     elif not r.server_count_at_completion and r.server_mean_running and r.server_output_tps and r.window_s:
         # a per-token counter still moves a decode step at a time, a step being the batch's tokens: each edge of the
-        # window is known to one step (on a slow server, 16 running at 350 tok/s over 4.6 s: 2%)
+        # window is known to one step (docs/measurement.md, "The count check on a slow server")
         step = 2 * r.server_mean_running / (r.server_output_tps * r.window_s)
         if step >= 0.0005:
             tol += step
