@@ -178,3 +178,34 @@ def test_a_level_whose_server_reported_an_impossible_number_is_invalid_quoting_i
     assert not r.valid
     assert any("numbers no request can have in 1 of" in x and "#20: cached_tokens 160 for a prompt of 128" in x
                for x in r.invalid_reasons), r.invalid_reasons
+
+
+@pytest.mark.parametrize("raw,pin", [("2.6", 2.6), ("0.5", 1.0), ("0", None), ("-1", None), ("nan", None),
+                                     ("", None), (None, None), ("inf", float("inf"))])
+def test_the_acceptance_pin_is_read_as_sglang_reads_it(raw, pin):
+    """SGLang's spec_utils: the pin is on only above 0 (nan compares false), and a step accepts at least one token.
+    The simulator pinned -1 and 0 to 1.0 and recorded no pin; nan left it never ready."""
+    from types import SimpleNamespace
+
+    from sglperf.environment.fingerprint import read_accept_pin
+    from sglperf.sim.state import spec_config
+
+    assert read_accept_pin(raw) == pin
+    a = SimpleNamespace(speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, speculative_num_steps=3,
+                        fault_ignore_accept_pin=False, sim_accept_length=2.5, sim_verify_cost=0.35)
+    env = {} if raw is None else {"SGLANG_SIMULATE_ACC_LEN": raw}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        cfg = spec_config(a)
+    assert cfg["accept_pinned"] == (pin is not None)
+    assert cfg["accept_length"] == (2.5 if pin is None else min(pin, 5.0)), "clamped to the draft + 1, never nan"
+
+
+@pytest.mark.parametrize("raw,says", [("abc", "'abc': \"abc\" is not a valid float value, which SGLang refuses"),
+                                      ("inf", "'inf': pin a finite acceptance length")])
+def test_a_pin_the_server_would_refuse_or_clamp_is_a_usage_error_before_anything_starts(tmp_path, raw, says):
+    """=inf divided by zero in the pin check after a whole run; ="abc" is what SGLang itself refuses at start."""
+    p, out = suite(tmp_path, "--levels", "8", env={"SGLANG_SIMULATE_ACC_LEN": raw})
+    assert p.returncode == 4 and f"USAGE ERROR: SGLANG_SIMULATE_ACC_LEN={says}" in out, out[-2000:]
+    assert not (tmp_path / "reports" / "servers").exists()

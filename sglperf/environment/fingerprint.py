@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -148,14 +149,35 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
 ACCEPT_PIN_ENV = "SGLANG_SIMULATE_ACC_LEN"
 
 
-def accept_pin(server_env: dict | None) -> float | None:
-    """The acceptance length the server is started pinned to, or None (not pinned, or not a number)."""
-    value = (server_env or {}).get(ACCEPT_PIN_ENV) or os.environ.get(ACCEPT_PIN_ENV)
-    try:
-        pin = float(value) if value else None
-    except ValueError:
+def read_accept_pin(raw: str | None) -> float | None:
+    """SGLANG_SIMULATE_ACC_LEN read as SGLang reads it: a float, the pin off at or below 0 and for nan (which compares
+    false), 1 for a value under 1 (a step accepts at least its own token); SGLang refuses to start on anything
+    float() does not take, with this message. The simulator and the fingerprint share it, so what the run file says
+    was pinned is what the server pinned."""
+    if raw is None or not raw.strip():
         return None
-    return pin if pin is not None and pin >= 1 else None
+    try:
+        pin = float(raw)
+    except ValueError:
+        raise ValueError(f'"{raw}" is not a valid float value') from None
+    if math.isnan(pin) or pin <= 0:
+        return None
+    return max(pin, 1.0)
+
+
+def accept_pin(server_env: dict | None) -> float | None:
+    """The acceptance length the server is started pinned to (the profile's server env, else this environment), or
+    None. A value the server would refuse, or an infinite one (SGLang clamps it to the draft width, which the run
+    file could not tell from a pin at the width), is a usage error naming the variable, before anything starts."""
+    raw = (server_env or {}).get(ACCEPT_PIN_ENV) or os.environ.get(ACCEPT_PIN_ENV)
+    try:
+        pin = read_accept_pin(raw)
+    except ValueError as e:
+        raise UsageError(f"{ACCEPT_PIN_ENV}={raw!r}: {e}, which SGLang refuses at start") from None
+    if pin is not None and math.isinf(pin):
+        raise UsageError(f"{ACCEPT_PIN_ENV}={raw!r}: pin a finite acceptance length (1 up to the draft's tokens + 1; "
+                         f"0 or less turns the pin off)")
+    return pin
 
 
 def host_id(gpu_rows: list[dict]) -> str | None:

@@ -81,6 +81,7 @@ class Suite(Servers):
             prof = self._profiles[name] = profiles.load(name)
             register(*argv_secrets(prof.server.args + [a for c in prof.configs for a in c.args]),
                             *env_secrets(prof.server.env))
+            fingerprint.accept_pin(prof.server.env)  # a pin the server refuses or clamps: a usage error, here
         return self._profiles[name]
 
     def levels(self, profile: profiles.Profile) -> list[int]:

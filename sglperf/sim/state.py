@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..environment.fingerprint import ACCEPT_PIN_ENV, read_accept_pin
 from . import args as sim_args
 from .radix import RadixCache
 from .engine import Engine, EngineConfig, StepResult
@@ -387,9 +388,10 @@ def spec_config(a) -> dict:
     if not a.speculative_algorithm:
         return {}
     draft = a.speculative_num_draft_tokens or (a.speculative_num_steps or 3) + 1
-    pin = None if a.fault_ignore_accept_pin else os.environ.get("SGLANG_SIMULATE_ACC_LEN")
-    length = float(pin) if pin else a.sim_accept_length
-    return dict(spec_draft_tokens=draft, accept_length=min(max(length, 1.0), draft + 1.0), accept_pinned=bool(pin),
+    pin = None if a.fault_ignore_accept_pin else read_accept_pin(os.environ.get(ACCEPT_PIN_ENV))
+    length = a.sim_accept_length if pin is None else pin
+    return dict(spec_draft_tokens=draft, accept_length=min(max(length, 1.0), draft + 1.0),
+                accept_pinned=pin is not None,
                 verify_cost=a.sim_verify_cost)
 
 
