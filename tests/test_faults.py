@@ -93,6 +93,21 @@ def test_slow_startup_hits_the_launch_timeout(tmp_path):
     assert_clean(tmp_path)
 
 
+def test_a_server_that_hangs_right_after_saying_ready_fails_in_its_grace_not_its_launch_timeout(tmp_path):
+    """The log said "ready to roll", then /health waited out its 20-s check: the launch waited the whole launch
+    timeout (120 s on sim-seed, an hour on glm5). Now it fails ready_grace_s after the line, saying so."""
+    from sglperf.engines.sim import Sim
+
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        launch(LaunchSpec("sim", [*SIM, "--preset", "ci", "--fault-hang-after", "0"], tmp_path / "logs",
+                          launch_timeout_s=300, ready_line=Sim.ready_line, ready_grace_s=3))
+    assert time.monotonic() - t0 < 60
+    assert "its log said 'The server is fired up and ready to roll!'" in str(e.value), str(e.value)[-1500:]
+    assert "has not answered 200 since (last: " in str(e.value) and "it hung once started" in str(e.value)
+    assert_clean(tmp_path)
+
+
 # 3. port already taken ---------------------------------------------------------------------------------------------
 def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path):
     with socket.socket() as s:

@@ -113,6 +113,7 @@ class Engine:
     negotiates = False  # a server we know nothing of: find out what it accepts before the first level
     new_connection_per_request = False  # reuse keep-alive connections
     ready_path = "/health"
+    ready_line: str | None = None  # what its log prints once it serves (launch.LaunchSpec.ready_line)
     info_paths: tuple[str, ...] = ()  # GETs that describe the server, first 200 wins
     flush_path: str | None = None  # POST that empties prefix caches between levels
     loads_path: str | None = None  # a JSON load endpoint, scraped where /metrics is off

@@ -80,6 +80,7 @@ class SGLang(Engine):
     name = "sglang"
     wire = "sglang"
     info_paths = ("/server_info", "/get_server_info")
+    ready_line = "The server is fired up and ready to roll!"  # logged after its warm-up request answered
     flush_path = "/flush_cache"
     loads_path = "/v1/loads"
     series = {

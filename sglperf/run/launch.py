@@ -157,12 +157,17 @@ def _in_group(pid: int, pgid: int) -> bool:
         return False
 
 
-def _pump(src, dst, secrets: tuple[str, ...]) -> None:
-    """Copy the server's output to its log file line by line, replacing secrets (SGLang logs its api_key)."""
+def _pump(src, dst, secrets: tuple[str, ...], ready_line: str | None = None,
+          said_ready: threading.Event | None = None) -> None:
+    """Copy the server's output to its log file line by line, replacing secrets (SGLang logs its api_key); set
+    `said_ready` when the server prints `ready_line`."""
     words = [w.encode() for w in secrets if w]
+    ready = ready_line.encode() if ready_line else None
     lost = False  # the log's disk is full: the pipe is still drained, or the server would block writing to it
     try:
         for line in iter(src.readline, b""):
+            if ready and said_ready is not None and ready in line:
+                said_ready.set()
             if lost:
                 continue
             for w in words:
@@ -215,6 +220,10 @@ class LaunchSpec:
     terminate_timeout_s: float = 60.0
     secrets: tuple[str, ...] = ()
     registry: Path | None = None  # where the launch is recorded for reap_leftovers (None: not recorded)
+    # what the server's log prints once it serves (SGLang's "ready to roll"); from then on `ready_path` must answer
+    # 200 within ready_grace_s, or the server hung once started and the launch fails then, not at launch_timeout_s
+    ready_line: str | None = None
+    ready_grace_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -455,13 +464,29 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
     server = Server(spec, proc, url, log_path, argv)
     server._registered = _register(spec.registry, proc, spec, argv, log_path)
     server._log_file = log_file
-    server._pump = threading.Thread(target=_pump, args=(proc.stdout, log_file, spec.secrets), daemon=True,
-                                    name=f"log-{spec.name}")
+    said_ready = threading.Event()
+    server._pump = threading.Thread(target=_pump, args=(proc.stdout, log_file, spec.secrets, spec.ready_line,
+                                                        said_ready), daemon=True, name=f"log-{spec.name}")
     server._pump.start()
-    deadline = time.monotonic() + spec.launch_timeout_s
-    delay = 0.05
-    session = requests.Session()
     try:
+        _wait_ready(server, said_ready)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_ready(server: Server, said_ready: threading.Event) -> None:
+    """Poll the ready path until it answers 200, the process exits, the launch timeout passes, or the log said
+    ready `ready_grace_s` ago and the ready path has not answered 200 since: a server that hangs right after its
+    start (its /health waits out SGLang's 20-s health-check timeout) fails in a minute, not at a launch timeout
+    sized for a first start's compiles (an hour for the GLM-5 profile)."""
+    spec, proc, log_path = server.spec, server.proc, server.log_path
+    assert proc is not None and log_path is not None
+    deadline = time.monotonic() + spec.launch_timeout_s
+    ready_at: float | None = None
+    delay, last = 0.05, "no answer yet"
+    with requests.Session() as session:
         while True:
             code = proc.poll()
             if code is not None:
@@ -473,26 +498,28 @@ def _launch_once(spec: LaunchSpec, port: int) -> Server:
                     f"Its error: {error_lines(t) or '(none printed)'}\nLog: {log_path}\n--- log tail ---\n{t}",
                     exit_code=code, log_path=log_path, log_tail=t)
             try:
-                r = session.get(url + spec.ready_path, timeout=5)
+                r = session.get(server.url + spec.ready_path, timeout=5)
                 if r.status_code == 200:
                     server.shm |= shm_files(server.tree_pids())
                     _note_shm(server._registered, server.shm)
-                    return server
-            except requests.RequestException:
-                pass
-            if time.monotonic() >= deadline:
+                    return
+                last = f"HTTP {r.status_code}"
+            except requests.RequestException as e:
+                last = "timed out after 5 s" if isinstance(e, requests.Timeout) else type(e).__name__
+            now = time.monotonic()
+            if said_ready.is_set() and ready_at is None:
+                ready_at = now
+            hung = ready_at is not None and now - ready_at >= spec.ready_grace_s
+            if hung or now >= deadline:
                 server.stop()
                 t = tail(log_path)
-                raise LaunchError(f"server {spec.name!r} was not ready ({spec.ready_path} 200) within "
-                                  f"{spec.launch_timeout_s:g} s; stopped it.\nLog: {log_path}\n--- log tail ---\n{t}",
+                why = (f"its log said {spec.ready_line!r} {now - ready_at:.0f} s ago, and {spec.ready_path} has not "
+                       f"answered 200 since (last: {last}): it hung once started" if hung and ready_at is not None
+                       else f"was not ready ({spec.ready_path} 200) within {spec.launch_timeout_s:g} s (last: {last})")
+                raise LaunchError(f"server {spec.name!r} {why}; stopped it.\nLog: {log_path}\n--- log tail ---\n{t}",
                                   log_path=log_path, log_tail=t)
             time.sleep(delay)
             delay = min(1.0, delay * 1.5)
-    except BaseException:
-        server.stop()
-        raise
-    finally:
-        session.close()
 
 
 def external(url: str, name: str = "external") -> Server:

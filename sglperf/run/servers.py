@@ -220,7 +220,7 @@ class Servers:
                                       api_key=None if given else api_key),
                 env=dict(prof.server.env), launch_timeout_s=o.launch_timeout or prof.server.launch_timeout_s,
                 terminate_timeout_s=prof.server.terminate_timeout_s, secrets=tuple(secrets()),
-                registry=o.reports_dir / ".servers")
+                registry=o.reports_dir / ".servers", ready_line=engine.ready_line)
             try:
                 t0 = time.monotonic()
                 server = launcher.launch(spec)
