@@ -187,7 +187,7 @@ def test_the_acceptance_pin_is_read_as_sglang_reads_it(raw, pin):
     The simulator pinned -1 and 0 to 1.0 and recorded no pin; nan left it never ready."""
     from types import SimpleNamespace
 
-    from sglperf.environment.fingerprint import read_accept_pin
+    from sglperf.sim.args import read_accept_pin
     from sglperf.sim.state import spec_config
 
     assert read_accept_pin(raw) == pin

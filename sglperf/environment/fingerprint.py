@@ -18,6 +18,7 @@ from pathlib import Path
 from ..categories import UsageError
 from . import gpu
 from ..redact import SECRET_FLAGS, redact_argv
+from ..sim.args import ACCEPT_PIN_ENV, read_accept_pin
 
 # Packages whose versions matter on the server side (PyPI names; the first installed one of each group is used).
 PACKAGES = {
@@ -144,25 +145,6 @@ def collect(engine, server_info: dict | None, argv_template: list[str], model_pa
     if overrides:
         fp.update(overrides)
     return fp
-
-
-ACCEPT_PIN_ENV = "SGLANG_SIMULATE_ACC_LEN"
-
-
-def read_accept_pin(raw: str | None) -> float | None:
-    """SGLANG_SIMULATE_ACC_LEN read as SGLang reads it: a float, the pin off at or below 0 and for nan (which compares
-    false), 1 for a value under 1 (a step accepts at least its own token); SGLang refuses to start on anything
-    float() does not take, with this message. The simulator and the fingerprint share it, so what the run file says
-    was pinned is what the server pinned."""
-    if raw is None or not raw.strip():
-        return None
-    try:
-        pin = float(raw)
-    except ValueError:
-        raise ValueError(f'"{raw}" is not a valid float value') from None
-    if math.isnan(pin) or pin <= 0:
-        return None
-    return max(pin, 1.0)
 
 
 def accept_pin(server_env: dict | None) -> float | None:

@@ -8,6 +8,7 @@ unknown flag exits 2 with "unrecognized arguments" -- the launcher's error handl
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass
 
@@ -227,3 +228,22 @@ def resolve(args: argparse.Namespace) -> Resolved:
                     args.served_model_name or args.model_path or preset.model_path, pool, page_size, context_len,
                     chunked, rr, args.mem_fraction_static or preset.default_mem_fraction_static, kv_dtype, seed,
                     tuple(warnings))
+
+
+ACCEPT_PIN_ENV = "SGLANG_SIMULATE_ACC_LEN"
+
+
+def read_accept_pin(raw: str | None) -> float | None:
+    """SGLANG_SIMULATE_ACC_LEN read as SGLang reads it: a float, the pin off at or below 0 and for nan (which compares
+    false), 1 for a value under 1 (a step accepts at least its own token); SGLang refuses to start on anything
+    float() does not take, with this message. The simulator and the fingerprint share it, so what the run file says
+    was pinned is what the server pinned."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        pin = float(raw)
+    except ValueError:
+        raise ValueError(f'"{raw}" is not a valid float value') from None
+    if math.isnan(pin) or pin <= 0:
+        return None
+    return max(pin, 1.0)

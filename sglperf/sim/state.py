@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..environment.fingerprint import ACCEPT_PIN_ENV, read_accept_pin
 from . import args as sim_args
 from .radix import RadixCache
 from .engine import Engine, EngineConfig, StepResult
@@ -388,7 +387,7 @@ def spec_config(a) -> dict:
     if not a.speculative_algorithm:
         return {}
     draft = a.speculative_num_draft_tokens or (a.speculative_num_steps or 3) + 1
-    pin = None if a.fault_ignore_accept_pin else read_accept_pin(os.environ.get(ACCEPT_PIN_ENV))
+    pin = None if a.fault_ignore_accept_pin else sim_args.read_accept_pin(os.environ.get(sim_args.ACCEPT_PIN_ENV))
     length = a.sim_accept_length if pin is None else pin
     return dict(spec_draft_tokens=draft, accept_length=min(max(length, 1.0), draft + 1.0),
                 accept_pinned=pin is not None,
