@@ -61,8 +61,9 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
     restart = restart_share(run_restarts(runs, list(keep), metric))
     notes.append(restart_note(restart))
     out: dict[str, dict[str, dict[str, Entry]]] = {}
-    last = runs[-1]
     for (cname, lv), vals in keep.items():
+        mine = [r for r in runs if cname in r.configs]
+        last = mine[-1]
         n = len(vals)
         var, df = moderate(variances[(cname, lv)], n - 1, s0, d0)
         noise = Noise(math.sqrt(var), df, typical_within(within[(cname, lv)], math.sqrt(var)), n, host_sd, n_hosts,
@@ -88,7 +89,7 @@ def calibrate(runs: list[RunDoc], *, metric: str = "sustained_output_tps", isl: 
             host_cv=round(min(host_sd, noise.cv), 5) if n_hosts else None, hosts=n_hosts or None,
             restart_cv=round(restart[0], 5) if restart else None, restart_df=restart[1] if restart else None,
             taken_at=now_iso(),
-            source="runs " + ", ".join(r.run_id for r in runs), sglperf_version=last.sglperf_version,
+            source="runs " + ", ".join(r.run_id for r in mine), sglperf_version=last.sglperf_version,
             fingerprint=last.config_fingerprint(cname), note=note)}
         notes.append(f"{cname} {_name(runs, lv)}: mean {mean:{value_format(metric)}}, {note}")
     pooled = [PooledNoise(metric=metric, cv=round(math.sqrt(s0), 5), prior_df=round(d0, 1), levels=len(keep))]
@@ -107,8 +108,9 @@ def _name(runs: list[RunDoc], key: str) -> str:
 
 
 def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
-    """(values, within): each level's value in every run (left out, and noted, where invalid or missing in any) and
-    each run's own relative SE of it."""
+    """(values, within): each level's value in every run of its config (left out, and noted, where invalid or missing
+    in any) and each run's own relative SE of it. Runs of one config each (`--perf-config rr16`, then rr64) calibrate
+    together: a run that did not measure a config is no gap in it."""
     values: dict[tuple[str, str], list[float]] = {}
     within: dict[tuple[str, str], list[float]] = {}
     bad: set[tuple[str, str]] = set()
@@ -125,7 +127,7 @@ def _levels_of(runs: list[RunDoc], metric: str, notes: list[str]):
                     bad.add((cname, lv))
     keep = {}
     for key, vals in sorted(values.items()):
-        if key in bad or len(vals) != len(runs):
+        if key in bad or len(vals) != sum(key[0] in r.configs for r in runs):  # a run of other configs is no gap
             notes.append(f"{key[0]} {_name(runs, key[1])}: left out (invalid or missing in some run)")
         elif len(vals) < 2:
             raise BaselineError(f"calibrate needs at least 2 runs of each level, got {len(vals)}")
