@@ -235,6 +235,33 @@ class _Progress:
                              self.history)
 
 
+async def stop_or_timeout(stop: asyncio.Event, seconds: float) -> None:
+    """Wait `seconds`, or until `stop` is set. Not asyncio.wait_for: before Python 3.12 it swallows a cancel that
+    arrives as the event is set, and a level that stalled sets its load's stop and cancels it at once; the open loop
+    then went on to wait out every request's timeout (143 s on sim-rate, its stall known after 10)."""
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=seconds)
+    finally:
+        waiter.cancel()
+
+
+async def sent_and_settled(sending, tasks) -> None:
+    """Run `sending` (a loop that starts request tasks into `tasks`), then wait for those requests. Cancelled, as a
+    level that detected a stall cancels its load, the requests are cancelled too: an open loop's requests are tasks
+    of their own, and left running they waited out the request timeout after the stall was known (143 s where the
+    closed loop took 21)."""
+    try:
+        await sending
+    except BaseException:
+        for t in list(tasks):
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)  # cancelled here, gather cancels them itself
+
+
 class LoadGenerator:
     # A failed request's worker waits this long before its next one, so a server refusing everything gets at most
     # 2 x concurrency failing requests per second.
@@ -290,10 +317,7 @@ class LoadGenerator:
                 rec = await self.one_request(k + concurrency * j)
                 j += 1
                 if rec.error:
-                    try:
-                        await asyncio.wait_for(stop.wait(), self.FAIL_BACKOFF_S)
-                    except asyncio.TimeoutError:
-                        pass
+                    await stop_or_timeout(stop, self.FAIL_BACKOFF_S)
 
         await asyncio.gather(*(worker(k) for k in (range(concurrency) if streams is None else streams)))
 
@@ -321,10 +345,7 @@ class LoadGenerator:
 
     @staticmethod
     async def _wait(stop: asyncio.Event, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(stop.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
+        await stop_or_timeout(stop, seconds)
 
     async def open_loop(self, rate: float, stop: asyncio.Event, *, burstiness: float = 1.0,
                         max_concurrency: int | None = None, seed: int = 0) -> None:
@@ -341,17 +362,14 @@ class LoadGenerator:
                 if not stop.is_set():
                     await self.one_request()
 
-        while not stop.is_set():
-            t = asyncio.create_task(capped())
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-            interval = rng.gamma(burstiness, 1.0 / (rate * burstiness))
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
-                pass
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        async def send() -> None:
+            while not stop.is_set():
+                t = asyncio.create_task(capped())
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+                await stop_or_timeout(stop, rng.gamma(burstiness, 1.0 / (rate * burstiness)))
+
+        await sent_and_settled(send(), tasks)
 
     # ------------------------------------------------------------------ one request
     async def one_request(self, index: int | None = None, prompt: Prompt | None = None, *, turn: int | None = None,

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..categories import UsageError
 from ..records import RequestRecord
+from .client import sent_and_settled, stop_or_timeout
 from .prompts import MAX_TOKENS, Prompt
 
 # Mooncake's traces and AIPerf's reader: 512 tokens a block.
@@ -117,21 +118,20 @@ async def replay(gen, trace: list[TraceRequest], prompts: list[Prompt], speedup:
     {index: when it was due, on the generator's clock}. Stops sending once `stop` is set."""
     t0 = gen.clock()
     due: dict[int, float] = {}
-    tasks = []
-    for i, (req, p) in enumerate(zip(trace, prompts)):
-        at = t0 + req.at_s / speedup
-        wait = at - gen.clock()
-        if wait > 0:
-            try:
-                await asyncio.wait_for(stop.wait(), wait)
-            except asyncio.TimeoutError:
-                pass
-        if stop.is_set():
-            break
-        due[i] = at
-        tasks.append(asyncio.create_task(gen.one_request(i, p)))
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+    tasks: set[asyncio.Task] = set()
+
+    async def send() -> None:
+        for i, (req, p) in enumerate(zip(trace, prompts)):
+            at = t0 + req.at_s / speedup
+            wait = at - gen.clock()
+            if wait > 0:
+                await stop_or_timeout(stop, wait)
+            if stop.is_set():
+                break
+            due[i] = at
+            tasks.add(asyncio.create_task(gen.one_request(i, p)))
+
+    await sent_and_settled(send(), tasks)
     return due
 
 
