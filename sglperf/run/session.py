@@ -345,8 +345,8 @@ class Suite(Servers):
                 continue
             if any(c.levels for c in rec.doc.configs.values()):
                 path = Path(self.opts.history_file or history.default_path(self.opts.reports_dir))
-                self._try(lambda rec=rec, path=path: history.append(path, history.record_from_run(rec.doc)))
-                self.history_path = path
+                if self._try(lambda rec=rec, path=path: history.append(path, history.record_from_run(rec.doc))):
+                    self.history_path = path  # the summary names the history only where this run's line is in it
         if self.opts.results_db:
             for rec in self.recorders.values():
                 if any(c.levels for c in rec.doc.configs.values()):
@@ -376,11 +376,14 @@ class Suite(Servers):
             self.late_problems.append(f"results database: run {rec.doc.run_id} not written ({words}); its files "
                                       f"are complete: `sglperf history push {rec.path}` uploads it later")
 
-    def _try(self, step) -> None:
+    def _try(self, step) -> bool:
+        """Run one writer of the run's end; False, its failure collected, where it failed."""
         try:
             step()
         except (OSError, UsageError) as e:
             self.late_problems.append(f"{type(e).__name__}: {e}")
+            return False
+        return True
 
     def write_allure_files(self) -> None:
         report.write_run_files(self.opts.allure_dir, [rec.doc for rec in self.recorders.values()])

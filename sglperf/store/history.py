@@ -6,6 +6,7 @@ skips with a warning. Invalid levels are recorded as invalid with no value, so t
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import warnings
@@ -52,21 +53,32 @@ def record_from_run(run: RunDoc) -> HistoryRecord:
 
 
 def append(path: str | Path, record: HistoryRecord) -> None:
-    """Locked append of one line; a torn last line left by a killed writer is closed off first."""
+    """Locked append of one whole line, or none: a write the disk refuses (full, over a size limit) is cut back to
+    where the file ended, so no torn half line is left for `sglperf drift` to blame on a killed run, and the error
+    names the file. A torn last line left by a killed writer is closed off first."""
     from ..redact import redact
 
     path = Path(path)
-    line = json.dumps(redact(record.model_dump(mode="json")), separators=(",", ":")) + "\n"
-    with lock_for(path):
-        with open(path, "ab") as f:
-            if f.tell() > 0:
-                with open(path, "rb") as r:
-                    r.seek(-1, os.SEEK_END)
-                    if r.read(1) != b"\n":
-                        f.write(b"\n")  # the torn line stays torn (and is skipped), the new one starts clean
-            f.write(line.encode())
-            f.flush()
+    line = json.dumps(redact(record.model_dump(mode="json")), separators=(",", ":")).encode() + b"\n"
+    with lock_for(path), open(path, "ab", buffering=0) as f:
+        end = f.seek(0, os.SEEK_END)
+        if end > 0:
+            with open(path, "rb") as r:
+                r.seek(-1, os.SEEK_END)
+                if r.read(1) != b"\n":
+                    line = b"\n" + line  # the torn line stays torn (and is skipped), the new one starts clean
+        try:
+            view = memoryview(line)
+            while view:
+                wrote = f.write(view)
+                if not wrote:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[wrote:]
             os.fsync(f.fileno())
+        except OSError as e:
+            os.ftruncate(f.fileno(), end)
+            raise OSError(e.errno, f"history file {path}: this run's line was not appended ({e.strerror}); the "
+                                   f"file is as it was") from None
 
 
 def read(path: str | Path) -> list[dict]:
