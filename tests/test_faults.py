@@ -182,6 +182,50 @@ def test_bench_against_a_server_that_hangs_mid_level_exits_nonzero_with_the_leve
     assert not lv["valid"] and lv["incomplete"]
 
 
+def test_an_open_loop_level_that_stalls_ends_at_its_stall_not_at_every_requests_timeout(tmp_path):
+    """The level sets its load's stop and cancels it at once; the open loop's requests are tasks of their own and
+    must be cancelled with it (measure/client.sent_and_settled), else it waits out the request timeout (300 s here;
+    a stall known after 5). The bound is the request timeout's, not a speed claim."""
+    srv = launch(LaunchSpec("sim", [*SIM, "--preset", "ci", "--fault-hang-after", "4"], tmp_path / "logs",
+                            launch_timeout_s=30, terminate_timeout_s=10))
+    try:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "sglperf", "bench", "--url", srv.url, "--rates", "20",
+                            "--max-seconds", "8", "--stall-timeout", "5", "--request-timeout", "300",
+                            "--json", str(tmp_path / "b.json")],
+                           capture_output=True, text=True, timeout=600, env=user_env())
+        took = time.monotonic() - t0
+    finally:
+        srv.stop()
+    assert p.returncode == 1 and "level incomplete: server stalled" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    assert took < 150, f"{took:.0f} s: the stalled level waited for its requests' timeout"
+
+
+def test_a_history_the_disk_refuses_is_left_as_it_was_named_and_not_announced(tmp_path):
+    """A history file at the process's size limit (RLIMIT_FSIZE: the kernel refuses the write past it, as a full disk
+    does, after taking what fits): no torn half line is left, the error names the file, and the summary does not
+    point at a history this run is not in."""
+    import resource
+
+    hist = tmp_path / "history.jsonl"
+    hist.write_bytes(b"\n" * 1_000_000)  # blank lines: read as no records
+    limit = hist.stat().st_size + 200  # a history line is kilobytes: 200 bytes of it fit, then the write fails
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim", "--perf-config",
+           "rr24-cds4", "--reports-dir", str(tmp_path / "reports"), "--levels", "8", "--level-max-seconds", "4",
+           "--history-file", str(hist)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, preexec_fn=small_disk,
+                       env=user_env(**{TAG: str(tmp_path)}))
+    out = p.stdout + p.stderr
+    assert f"history file {hist}: this run's line was not appended" in out, out[-3000:]
+    assert f"history: {hist}" not in out
+    assert hist.read_bytes() == b"\n" * 1_000_000
+    assert p.returncode != 0
+
+
 # 6-9. wrong answers inside HTTP-200 streams, short outputs, queue-full 503s --------------------------------------
 @pytest.mark.parametrize("flag,kinds", [
     ("--server-arg=--fault-error-rate=0.05", ("abort", "stream_error")),
@@ -197,6 +241,43 @@ def test_bad_answers_make_the_level_invalid_never_a_pass(tmp_path, flag, kinds):
     assert "Server log: " in out
     lv = run_doc(tmp_path)["configs"]["rr24-cds4"]["levels"]["64"]
     assert not lv["valid"] and set(lv["errors"]) & set(kinds)
+    assert_clean(tmp_path)
+
+
+PRESSES = """
+import os, signal
+
+import pytest
+
+
+def pytest_runtest_logreport(report):  # the user's first Ctrl-C: after a test, where pytest itself catches it
+    if report.when == "teardown":
+        raise KeyboardInterrupt
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_keyboard_interrupt(excinfo):  # the second, while pytest formats the first
+    os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+def test_a_second_ctrl_c_while_pytest_reports_the_first_still_ends_the_run_interrupted(tmp_path):
+    """A Ctrl-C that pytest catches itself (not inside a measurement) is formatted by pytest, a second of reading
+    source; a second Ctrl-C then cut the formatting short, and pytest ended the session as if nothing had happened:
+    its own traceback and a run file "finished", complete. The two presses come from a plugin of this test's, at
+    those two moments (by hand: 0.1-0.2 s apart, early in a run). Now the second is noted and the run is saved as
+    interrupted."""
+    (tmp_path / "two_presses.py").write_text(PRESSES)
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-p", "two_presses", "-m", "sim",
+           "--perf-config", "rr24-cds4", "--levels", "8", "--level-max-seconds", "4",
+           "--reports-dir", str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=user_env(**{TAG: str(tmp_path)}, PYTHONPATH=str(tmp_path)))
+    out = p.stdout + p.stderr
+    assert p.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "Traceback" not in out and 'File "' not in out, out[-3000:]
+    doc = run_doc(tmp_path)
+    assert (doc["status"], doc["complete"]) == ("interrupted", False), out[-3000:]
     assert_clean(tmp_path)
 
 
