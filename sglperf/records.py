@@ -17,6 +17,13 @@ class Rate(int):
     ladder is all of one kind (`rates` or `levels`), and `level_name` tells them apart in every message."""
 
 
+def start_allowed(done: int, max_starts: int) -> bool:
+    """Whether a level measured on `done` server starts may take one more: the profile's `[measurement] max_starts`
+    counts them all, the first included. The one check of that limit, live (run/session), replayed (decide/replay)
+    and in the floor's rule (judge/starts)."""
+    return done < max_starts
+
+
 def level_name(level) -> str:
     """How messages name a level: c32 for a concurrency, r40 for an offered rate."""
     return f"r{int(level)}" if isinstance(level, Rate) else f"c{level}"
@@ -210,7 +217,7 @@ class LevelResult:
     peak_output_tps: float | None
     achieved_concurrency: float | None  # time-average in flight inside the window (client side)
     server_output_tps: float | None
-    server_ratio: float | None  # client sustained / server over the same window
+    server_ratio: float | None  # the client's count / the server's over the same window (metrics.server_ratio)
     server_mean_running: float | None
     server_max_running: float | None
     server_mean_queued: float | None
@@ -244,6 +251,12 @@ class LevelResult:
     # the server's count came from a counter that moves when a request finishes (llama.cpp's, or SGLang's while it
     # drafts: measure/server_view.server_view), not per token; None where there was no count
     server_count_at_completion: bool | None = None
+    # a counter that moves at completion against the requests that finished, between the scrapes that bound the
+    # window (measure/metrics.completion_count): each side's tok/s and the share of the client's tokens finished
+    # within those scrapes' timing (the count's allowance); None where not measured, and in older files
+    client_completed_output_tps: float | None = None
+    server_completed_output_tps: float | None = None
+    client_completed_edge_share: float | None = None
     # the host's CPU speed probe taken just before a GPU server's level (environment/host_speed.py; None: not probed:
     # the simulator, a server on another host, a CPU server, judged by the probes before its starts)
     host_cpu_speed: float | None = None

@@ -1,6 +1,8 @@
 """A hostile server for the tests: a loopback proxy in front of a real server (the simulator) that passes every
-request through, streams included, but answers /server_info with fields overridden.
-Run: python tests/hostile_proxy.py --port P --upstream URL --set max_total_num_tokens='"abc"'"""
+request through, streams included, but answers /server_info with fields overridden and /metrics with counters
+scaled (a server that over- or under-counts what it streamed).
+Run: python tests/hostile_proxy.py --port P --upstream URL --set max_total_num_tokens='"abc"'
+     python tests/hostile_proxy.py --port P --upstream URL --scale sglang:generation_tokens_total=0.926"""
 
 from __future__ import annotations
 
@@ -11,7 +13,19 @@ import aiohttp
 from aiohttp import web
 
 
-def build_app(upstream: str, overrides: dict) -> web.Application:
+def scaled(page: str, scale: dict[str, float]) -> str:
+    """A /metrics page with the samples of each named metric multiplied."""
+    out = []
+    for line in page.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if not line.startswith("#") and name in scale:
+            head, value = line.rsplit(" ", 1)
+            line = f"{head} {float(value) * scale[name]!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def build_app(upstream: str, overrides: dict, scale: dict[str, float] | None = None) -> web.Application:
     async def proxy(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
@@ -21,6 +35,8 @@ def build_app(upstream: str, overrides: dict) -> web.Application:
                 obj = await up.json()
                 obj.update(overrides)
                 return web.json_response(obj)
+            if request.path == "/metrics" and up.status == 200 and scale:
+                return web.Response(text=scaled(await up.text(), scale), content_type="text/plain")
             resp = web.StreamResponse(status=up.status, headers={
                 k: v for k, v in up.headers.items() if k.lower() in ("content-type", "cache-control")})
             await resp.prepare(request)
@@ -48,9 +64,11 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--set", action="append", default=[], help="FIELD=JSON on /server_info")
+    ap.add_argument("--scale", action="append", default=[], help="METRIC=FACTOR on /metrics")
     a = ap.parse_args()
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in a.set)}
-    web.run_app(build_app(a.upstream.rstrip("/"), overrides), host=a.host, port=a.port, print=None)
+    scale = {k: float(v) for k, v in (s.split("=", 1) for s in a.scale)}
+    web.run_app(build_app(a.upstream.rstrip("/"), overrides, scale), host=a.host, port=a.port, print=None)
 
 
 if __name__ == "__main__":

@@ -227,3 +227,40 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     assert "acceptance unchanged" in out and "the verify step slowed" in out
     assert "disagree on how many tokens were streamed" not in out, "counted by its finished requests while it drafts"
     assert "ACCEPTANCE REGRESSION: cpu-llamacpp-spec/draft3 c1: acceptance_length" not in out
+
+
+SPEC_FLAGS = ["--enable-metrics", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--sim-accept-length", "2.6",
+              "--max-running-requests", "24"]
+
+
+@pytest.mark.parametrize("scale,valid", [(1.0, True), (1 / 1.08, False), (1.08, False)],
+                         ids=["honest", "client-over-counts-1.08x", "server-over-counts-1.08x"])
+def test_while_drafting_the_count_is_checked_on_the_requests_that_finished_and_an_8_percent_gap_is_invalid(
+        tmp_path, start_sim, scale, valid):
+    """While it drafts, SGLang counts a request's tokens when it finishes. The check compares that counter with the
+    tokens of the requests the client saw finish between the two scrapes that bound the window: an honest server
+    reads 1.000, and one whose counter is 8% off either way is INVALID (the old allowance, a cohort of requests in
+    flight at each edge, was +/-7-10% on 3-4 s windows and let 1.08x pass). The counter is rescaled by a loopback
+    proxy in front of the simulator."""
+    from sglperf.run.launch import LaunchSpec, launch
+
+    sim = start_sim(*SPEC_FLAGS)
+    proxy = launch(LaunchSpec(name="hostile", argv=[sys.executable, str(ROOT / "tests" / "hostile_proxy.py"),
+                                                    "--upstream", sim.url, "--scale",
+                                                    f"sglang:generation_tokens_total={scale!r}"],
+                              log_dir=tmp_path / "logs", launch_timeout_s=30, terminate_timeout_s=5))
+    try:
+        p, out = spec_suite(tmp_path, "--server-url", proxy.url, "--levels", "16", "--level-max-seconds", "4",
+                            "-k", "matches_server_count")
+    finally:
+        proxy.stop()
+    run = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
+    lv = next(iter(run["configs"].values()))["levels"]["16"]
+    assert lv["server_count_at_completion"] is True
+    assert lv["server_ratio"] == pytest.approx(1 / scale, abs=0.01)
+    if valid:
+        assert p.returncode == 0, out[-3000:]
+    else:
+        assert p.returncode == 1 and "disagree on how many tokens were streamed" in out, out[-3000:]
+        assert "in the requests that finished" in out
