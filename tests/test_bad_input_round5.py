@@ -209,3 +209,14 @@ def test_a_pin_the_server_would_refuse_or_clamp_is_a_usage_error_before_anything
     p, out = suite(tmp_path, "--levels", "8", env={"SGLANG_SIMULATE_ACC_LEN": raw})
     assert p.returncode == 4 and f"USAGE ERROR: SGLANG_SIMULATE_ACC_LEN={says}" in out, out[-2000:]
     assert not (tmp_path / "reports" / "servers").exists()
+
+
+def test_an_offered_rate_past_the_open_file_limit_is_named_a_rate_not_streams(tmp_path):
+    """An open-loop profile's level is an offered rate: the open-file check says so, counting a second of its
+    arrivals in flight (the least it holds), where it called a rate of 1e9 req/s "a level of 1e9 streams"."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "--profile", "sim-rate", "--levels",
+                        "1000000000", "-q", "-p", "no:randomly", "--reports-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "an offered rate of 1,000,000,000 req/s holds at least" in p.stderr, p.stderr[-2000:]
+    assert "streams" not in p.stderr

@@ -110,10 +110,11 @@ def kernel_open_files_max() -> int | None:
         return None
 
 
-def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
+def open_files_problem(concurrency: int, procs: int, option: str, *, rate: bool = False) -> str | None:
     """Why a level of `concurrency` streams (over `procs` client processes: one connection each) cannot be held
     within this process's hard open-file limit, or None. (The load generator raises its soft limit to the hard one,
-    as load generators do: only the hard limit bounds a level.)"""
+    as load generators do: only the hard limit bounds a level.) With `rate`, `concurrency` is an offered rate (req/s),
+    whose requests in flight are at least one second of its arrivals once each takes a second: the least it holds."""
     import resource
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -126,10 +127,14 @@ def open_files_problem(concurrency: int, procs: int, option: str) -> str | None:
         return None
     ceiling = kernel_open_files_max()
     if ceiling is not None and need > ceiling:  # no ulimit reaches it: raising one is no advice
-        return (f"{option}: {concurrency:,} concurrent requests would need about {need:,} open files in one client "
+        what = (f"an offered rate of {concurrency:,} req/s holds at least {concurrency:,} requests in flight (a "
+                f"second of its arrivals) and" if rate else f"{concurrency:,} concurrent requests")
+        return (f"{option}: {what} would need about {need:,} open files in one client "
                 f"process, past the most this kernel lets any process open ({ceiling:,}, /proc/sys/fs/nr_open): "
                 f"measure fewer, or spread them over processes with --client-procs")
-    return (f"{option}: a level of {concurrency:,} streams needs about {need:,} open files in one client process "
+    what = (f"an offered rate of {concurrency:,} req/s (at least a second of its arrivals in flight)" if rate
+            else f"a level of {concurrency:,} streams")
+    return (f"{option}: {what} needs about {need:,} open files in one client process "
             f"(one connection per stream, {open_now + FD_RESERVE} for the suite), but this process may open at most "
             f"{hard:,} (ulimit -n, hard limit): raise it (ulimit -n {need} as root, LimitNOFILE= in a systemd unit, "
             f"nofile in /etc/security/limits.conf), or measure fewer streams, or spread them with --client-procs")

@@ -123,7 +123,7 @@ class ConfigRun:
 
     def replicate(self, level: int, why: str) -> list[LevelMeasurement] | None:
         """The level's starts so far after one more (a server restart, then the level again), or None where the
-        profile's replicates or the run's budget allow no more."""
+        profile's max_starts or its start_budget_s allow no more."""
         return self.suite.replicate(self, level, why)
 
     def level_starts(self, level: int) -> list[LevelMeasurement]:
@@ -292,8 +292,9 @@ class Servers:
             run.canary_error = str(e)
             if isinstance(e, CanaryStalled):
                 run.hung = (f"server stalled: no answer to the output canary's {c.output_len} greedy tokens within "
-                            f"the stall timeout ({m.stall_timeout_s:g} s); nothing more is asked of it. Server log: "
-                            f"{run.log_path}")
+                            f"the stall timeout ({m.stall_timeout_s:g} s); nothing more is asked of it"
+                            + (f". Server log: {run.log_path}" if run.log_path else " (a server the suite did not "
+                               "start: its log is where it was started)"))
                 run.canary_error = run.hung
             return False
         bf, _ = self.baseline(run)

@@ -29,7 +29,7 @@ from ..measure.metrics import MeasurementPolicy
 from ..measure.workload_metrics import turn_table
 from ..redact import api_key_from_env, argv_secrets, env_secrets, redact, register, url_secrets
 from ..store.recorder import RunRecorder, mark_abandoned
-from ..records import LevelResult, Rate, level_name
+from ..records import LevelResult, Rate, level_name, start_allowed
 from ..decide.stop import level_stop
 
 
@@ -150,7 +150,8 @@ class Suite(Servers):
             procs = setting if isinstance(setting, int) else 1
             procs = procs if isinstance(procs, int) else 1
             where = "--levels" if self.opts.levels else f"profile {prof.name}'s level"
-            why = open_files_problem(max(levels), procs, f"{where} {max(levels)}") if levels else None
+            top = max(levels) if levels else None
+            why = open_files_problem(top, procs, f"{where} {top}", rate=isinstance(top, Rate)) if top else None
             if why:
                 raise UsageError(why)
 
@@ -186,10 +187,11 @@ class Suite(Servers):
     def replicate_levels(self, run: ConfigRun, levels: list[int], why: str) -> dict[int, LevelMeasurement] | None:
         """One more server start that measures all of `levels` (recorded as their replicates): what a comparison
         between levels re-measures, so that it compares levels of one start, where what differs between starts
-        cancels. None where the profile's replicates or the run's budget allow no more."""
+        cancels. None where the profile's max_starts or its start_budget_s allow no more."""
         m = run.profile.measurement
         keys = [(run.profile.name, run.name, lv) for lv in levels]
-        if self.opts.server_url or any(1 + len(self.replicates.get(k, [])) >= m.max_starts for k in keys):
+        if self.opts.server_url or not all(start_allowed(1 + len(self.replicates.get(k, [])), m.max_starts)
+                                               for k in keys):
             return None
         firsts = [self.measure(run, lv) for lv in levels]
         spent = self.replicate_spent.get(run.profile.name, 0.0)
