@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..categories import Category
-from ..records import Ceiling, LevelResult, Rate
+from ..records import Ceiling, LevelResult, Rate, start_allowed
 from . import evidence
 from .evidence import Evidence, SessionEvidence
 from .health import canary_words, start_failure
@@ -101,7 +101,8 @@ class RecordedConfig:
         return self.level_starts(level)[0]
 
     def _allowed(self, levels) -> bool:
-        return all(len(self._docs(lv, self.starts)) < self.profile.measurement.max_starts for lv in levels)
+        return all(start_allowed(len(self._docs(lv, self.starts)), self.profile.measurement.max_starts)
+                   for lv in levels)
 
     def replicate(self, level: int, why: str):
         """The level's starts after the next recorded server start that measured it again, while the profile's

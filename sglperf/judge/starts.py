@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from scipy import stats
 from ..store.baselines import Entry
-from ..records import LevelResult
+from ..records import LevelResult, start_allowed
 from .floor import FloorVerdict, combined, floor_of, outlier_start
 
 
@@ -74,7 +74,7 @@ def another_start(v: FloorVerdict, starts: int, entry: Entry, max_starts: int, *
     above its floor still passes at once. The decision at
     the last start is the floor for that many starts (or check_floor's bound, `last`), so false regressions stay
     at that floor's rate."""
-    if starts >= max_starts:
+    if not start_allowed(starts, max_starts):
         return False
     if v.outcome == "inconclusive" or (v.outcome == "regression" and not disturbed):
         return True
