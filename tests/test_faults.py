@@ -154,6 +154,21 @@ def test_a_hang_right_after_start_is_found_by_the_canary_within_the_stall_timeou
     assert_clean(tmp_path)
 
 
+def test_a_level_that_stalls_leaves_the_next_level_unasked_of_that_server_start(tmp_path):
+    """sim-rate's server hangs 8 s after start, inside r20: r40 is not measured on the hung server (each level had
+    waited out its own stall timeout: 93 s for the two), its tests fail naming the stall and where it happened."""
+    cmd = [sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "--profile", "sim-rate",
+           "--server-arg=--fault-hang-after=8", "--reports-dir", str(tmp_path / "reports")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=user_env(**{TAG: str(tmp_path)}))
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out[-3000:]
+    assert "INFRASTRUCTURE: sim-rate/rr24 r20: server stalled: no token" in out, out[-3000:]
+    assert "INFRASTRUCTURE: sim-rate/rr24: server stalled during r20 (no token from any of" in out
+    assert "nothing more is asked of this server start" in out
+    assert set(run_doc(tmp_path)["configs"]["rr24"]["levels"]) == {"20"}
+    assert_clean(tmp_path)
+
+
 def test_a_hang_near_the_level_end_is_infrastructure_never_a_throughput_number(tmp_path):
     """The level's time limit fires before the stall timeout: the drain still watches for the stall, so the level
     ends INFRASTRUCTURE with the server log, no floor decided on the window before the hang, no history value (and,

@@ -518,7 +518,10 @@ def _wait_ready(server: Server, said_ready: threading.Event) -> None:
                        else f"was not ready ({spec.ready_path} 200) within {spec.launch_timeout_s:g} s (last: {last})")
                 raise LaunchError(f"server {spec.name!r} {why}; stopped it.\nLog: {log_path}\n--- log tail ---\n{t}",
                                   log_path=log_path, log_tail=t)
-            time.sleep(delay)
+            if said_ready.is_set():
+                time.sleep(delay)
+            elif said_ready.wait(delay):  # the log says ready: ask at once (a server may hang a moment later)
+                continue
             delay = min(1.0, delay * 1.5)
 
 

@@ -332,7 +332,7 @@ class Servers:
         into `run`, which the session's tests hold."""
         self.close_config(run)
         fresh = self.open_config(run.profile.name, run.name)
-        for name in ("server", "target", "workload", "server_info", "ceiling", "fingerprint", "lock"):
+        for name in ("server", "target", "workload", "server_info", "ceiling", "fingerprint", "lock", "hung"):
             setattr(run, name, getattr(fresh, name))
         run.starts += 1
         self.runs[(run.profile.name, run.name)] = run

@@ -269,6 +269,10 @@ class Suite(Servers):
             meas.result = replace(meas.result, host_cpu_speed=round(cpu, 4))
         meas.result = pin_checked(run, outputs_checked(run, meas, count_checked(run, meas.result)))
         start[level] = meas.result
+        if meas.stop_reason == "stall":  # hung: the next level would only wait out its own stall timeout
+            run.hung = (f"{run.where}: server stalled during {level_name(level)} "
+                        f"({(meas.result.note or '').removeprefix('server stalled: ')}); nothing more is asked of this "
+                        f"server start")
         return meas
 
     def decides(self, run: ConfigRun, level: int, bf, start: dict[int, LevelResult]):
