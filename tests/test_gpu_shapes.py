@@ -73,7 +73,7 @@ def test_the_glm_moes_ab_gains_past_the_cap_with_its_interval():
     doc = run(GLM_RR16[0])
     doc.configs["rr64"] = run(GLM_RR64).configs["rr64"]
     session = RecordedRun(doc, None, profiles.load("gpu1-sglang"), restate=rechecked)
-    o = decide(AB("gpu1-sglang"), session)
+    o = decide(AB(), session.ab())
     assert o.kind == "pass", o.message
     gains = session.recorded["ab"].gains
     assert [round(gains[lv], 2) for lv in ("32", "64", "96")] == [0.60, 0.89, 0.98], gains

@@ -148,7 +148,7 @@ def test_real_sglang_on_an_h100_judged_plateau_on_each_ceiling_and_the_ab_gain_p
         for lv in ev.levels:
             assert decide(ServerCount(lv), ev).kind == "pass", (cname, lv)
     session = RecordedRun(run, None, prof, source="none")
-    ab = decide(AB("gpu1-sglang-tiny"), session)
+    ab = decide(AB(), session.ab())
     assert ab.kind == "pass", ab.message
     gains = session.recorded["ab"].gains
     assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains
@@ -324,7 +324,7 @@ def test_the_whole_profile_on_real_sglang_passes_both_plateaus_and_the_ab_gain_w
     for lv in (32, 64):
         assert decide(Floor(lv), RecordedConfig(run, "rr16", bf, prof, source="b")).kind == "pass"
     session = RecordedRun(run, bf, prof, source=str(H100_BASELINE.name))
-    ab = decide(AB("gpu1-sglang-tiny"), session)
+    ab = decide(AB(), session.ab())
     assert ab.kind == "pass", ab.message
     gains = session.recorded["ab"].gains
     assert all(gains[str(lv)] > 0.5 for lv in (32, 64, 96)), gains

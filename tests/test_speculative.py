@@ -242,7 +242,7 @@ def test_while_drafting_the_count_is_checked_on_the_requests_that_finished_and_a
     tokens of the requests the client saw finish between the two scrapes that bound the window: an honest server
     reads 1.000, and one whose counter is 8% off either way is INVALID (the old allowance, a cohort of requests in
     flight at each edge, was +/-7-10% on 3-4 s windows and let 1.08x pass). The counter is rescaled by a loopback
-    proxy in front of the simulator."""
+    proxy in front of the simulator; 8-s levels."""
     from sglperf.run.launch import LaunchSpec, launch
 
     sim = start_sim(*SPEC_FLAGS)
@@ -251,14 +251,15 @@ def test_while_drafting_the_count_is_checked_on_the_requests_that_finished_and_a
                                                     f"sglang:generation_tokens_total={scale!r}"],
                               log_dir=tmp_path / "logs", launch_timeout_s=30, terminate_timeout_s=5))
     try:
-        p, out = spec_suite(tmp_path, "--server-url", proxy.url, "--levels", "16", "--level-max-seconds", "4",
+        p, out = spec_suite(tmp_path, "--server-url", proxy.url, "--levels", "16", "--level-max-seconds", "8",
                             "-k", "matches_server_count")
     finally:
         proxy.stop()
     run = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
     lv = next(iter(run["configs"].values()))["levels"]["16"]
     assert lv["server_count_at_completion"] is True
-    assert lv["server_ratio"] == pytest.approx(1 / scale, abs=0.01)
+    # off by no more than the tokens finished within the bounding scrapes' timing (a loaded host widens it)
+    assert abs(lv["server_ratio"] * scale - 1) <= lv["client_completed_edge_share"] + 0.01, lv
     if valid:
         assert p.returncode == 0, out[-3000:]
     else:

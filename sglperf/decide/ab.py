@@ -11,7 +11,7 @@ from ..categories import INVALID
 from ..judge.ab import check_ab
 from ..judge.starts import judged_start, starts_judged
 from ..store.recorder import ABDoc
-from .evidence import SessionEvidence
+from .evidence import Evidence
 from .outcome import Outcome
 from .settle import settle
 from ..records import level_name
@@ -20,18 +20,16 @@ from ..records import level_name
 @dataclass(frozen=True)
 class AB:
     """The tuned config is not worse than the base config at any level, and gains where the base config's cap
-    binds. `ev` is the session: both configs' servers, their levels and their starts."""
+    binds. `ev` is either config's evidence: the other is its sibling in the run."""
 
-    profile: str  # the profile as the session names it: its name or the path it was given
-
-    def decide(self, ev: SessionEvidence) -> Outcome:
-        prof = ev.profile(self.profile)
+    def decide(self, ev: Evidence) -> Outcome:
+        prof = ev.profile
         if prof.ab is None:
             return Outcome.skip(f"profile {prof.name} declares no [ab] pair")
-        found = {name: ev.config_run(prof.name, name) for name in (prof.ab.base, prof.ab.tuned)}
+        found = {name: ev if name == ev.name else ev.sibling(name) for name in (prof.ab.base, prof.ab.tuned)}
         runs = {name: r for name, r in found.items() if r is not None}
-        levels = ev.levels(prof)
-        res = {c: ev.results(prof.name, c) for c in runs}
+        levels = ev.ladder()
+        res = {c: r.measured() for c, r in runs.items()}
         missing = [f"{c} {level_name(lv)}" for c in runs for lv in levels if lv not in res[c]]
         if missing or len(runs) < len(found):
             return Outcome.skip(f"A/B needs both configs measured in this session; missing: "
@@ -52,7 +50,7 @@ class AB:
         """A level re-measured after restarts is compared as its floor judged it: the mean of its starts, less an
         outlier."""
         base, tuned = prof.ab.base, prof.ab.tuned
-        starts = {c: ev.starts(prof.name, c) for c in runs}
+        starts = {c: {lv: r.starts_of(lv) for lv in r.measured()} for c, r in runs.items()}
         judged = {c: {lv: judged_start(s, noise[c].get(lv)) for lv, s in starts[c].items()} for c in runs}
         counts = {c: {lv: starts_judged(s, noise[c].get(lv)) for lv, s in starts[c].items()} for c in runs}
         return judged, check_ab(judged[base], judged[tuned], runs[base].ceiling, runs[tuned].ceiling,
@@ -73,7 +71,7 @@ class AB:
                     return Outcome.fail(more, shown)
                 break
             judged, v = self._judge(ev, prof, runs, noise)
-        ev.record_ab(prof, ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
+        ev.record_ab(ABDoc(base=prof.ab.base, tuned=prof.ab.tuned, passed=v.passed,
                                  gains={str(k): g for k, g in v.gains.items()}, lines=list(v.lines),
                                  problems=list(v.problems), outcome=v.outcome, unsure=list(v.unsure)))
         return settle([v], where=f"{prof.ab.tuned} vs {prof.ab.base}", against="A/B").showing(

@@ -1,7 +1,7 @@
 """What a claim is decided on, as the session hands it in: one config's server over the run (its levels' starts so
-far, one more start on request, the baseline, the host's state). run/servers.ConfigRun is the live one;
-decide/replay.py reads the same from a stored run file, so a recorded run is judged by the very loop that judged it
-live. Typed as a Protocol: decide/ imports nothing of run/."""
+far, one more start on request, the baseline, the host's state, and the profile's other configs for the A/B).
+run/servers.ConfigRun is the live one; decide/replay.py reads the same from a stored run file, so a recorded run is
+judged by the very loop that judged it live. Typed as a Protocol: decide/ imports nothing of run/."""
 
 from __future__ import annotations
 
@@ -58,22 +58,16 @@ class Evidence(Protocol):
 
     def record_faster(self, level: int, text: str) -> None: ...  # a level faster than its baseline: news
 
+    # the profile-wide claims (the A/B) read the other configs of the run through the one they are handed
+    def ladder(self) -> list[int]: ...  # the levels this run measures of the profile
 
-class SessionEvidence(Protocol):
-    """What the profile-wide A/B is decided on: the session, both configs' servers (each an Evidence), their levels
-    and their starts. run/session.Suite live, decide/replay.RecordedRun replayed."""
+    def measured(self) -> dict[int, LevelResult]: ...  # each level measured so far: its first start (nothing measured)
 
-    def profile(self, name: str) -> Any: ...  # run/profiles.Profile
+    def starts_of(self, level: int) -> list[LevelResult]: ...  # every start of a measured level the run holds
 
-    def config_run(self, profile: str, config: str) -> Evidence | None: ...
+    def sibling(self, config: str) -> "Evidence | None": ...  # another config of the profile in this run, or None
 
-    def levels(self, profile) -> list[int]: ...
-
-    def results(self, profile: str, config: str) -> dict[int, LevelResult]: ...  # each level's first start
-
-    def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]: ...  # every start of each level
-
-    def record_ab(self, profile, doc) -> None: ...
+    def record_ab(self, doc) -> None: ...  # the A/B's verdict into the run file
 
 
 # What every Evidence answers the same way, live or replayed: computed here once, so run/servers.ConfigRun and

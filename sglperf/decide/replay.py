@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..categories import Category
 from ..records import Ceiling, LevelResult, Rate, start_allowed
 from . import evidence
-from .evidence import Evidence, SessionEvidence
+from .evidence import Evidence
 from .health import canary_words, start_failure
 
 
@@ -72,6 +72,7 @@ class RecordedConfig:
         self.ceiling = Ceiling(**server.ceiling) if server is not None and server.ceiling else None
         self.starts = 1
         self.recorded: dict = {}
+        self.family: dict[str, RecordedConfig] = {name: self}  # the run's configs, as RecordedRun makes them
         self.levels = sorted(Rate(int(k)) if d.concurrency is None else int(k) for k, d in self.doc.levels.items())
 
     @property
@@ -161,38 +162,47 @@ class RecordedConfig:
     def record_faster(self, level: int, text: str) -> None:
         self.recorded.setdefault("faster", {})[level] = text
 
+    def ladder(self) -> list[int]:
+        return sorted({lv for c in self.family.values() for lv in c.levels})
+
+    def measured(self) -> dict[int, LevelResult]:
+        return {lv: self.measure(lv).result for lv in self.levels}
+
+    def starts_of(self, level: int) -> list[LevelResult]:
+        """Every start the run recorded of the level (the A/B of a replay reads them all at once)."""
+        return [x.result for x in self.recorded_starts(level)]
+
+    def sibling(self, config: str) -> "RecordedConfig | None":
+        return self.family.get(config)
+
+    def record_ab(self, doc) -> None:
+        self.recorded["ab"] = doc
+
 
 class RecordedRun:
-    """A stored run as the session a profile-wide claim reads (the A/B): each config a RecordedConfig against `bf`,
-    its levels' starts as recorded, no start left to take."""
+    """A stored run's configs, each a RecordedConfig against `bf` and each other's sibling (what the A/B reads),
+    their levels' starts as recorded. `ab()`: the evidence the A/B is handed, its base config's."""
 
     def __init__(self, run, bf, profile, **kw):
         self._profile = profile
         self.configs = {name: RecordedConfig(run, name, bf, profile, **kw) for name in run.configs}
-        self.recorded: dict = {}
+        for c in self.configs.values():
+            c.family = self.configs
 
-    def profile(self, name: str):
-        return self._profile
+    def ab(self) -> RecordedConfig:
+        ab = self._profile.ab
+        return self.configs.get(ab.base) or self.configs[ab.tuned] if ab else next(iter(self.configs.values()))
 
-    def levels(self, profile) -> list[int]:
-        return sorted({lv for c in self.configs.values() for lv in c.levels})
-
-    def config_run(self, profile: str, config: str) -> RecordedConfig | None:
-        return self.configs.get(config)
-
-    def results(self, profile: str, config: str) -> dict[int, LevelResult]:
-        c = self.configs[config]
-        return {lv: c.measure(lv).result for lv in c.levels}
-
-    def starts(self, profile: str, config: str) -> dict[int, list[LevelResult]]:
-        c = self.configs[config]
-        return {lv: [s.result for s in c.recorded_starts(lv)] for lv in c.levels}
-
-    def record_ab(self, profile, doc) -> None:
-        self.recorded["ab"] = doc
+    @property
+    def recorded(self) -> dict:
+        """What the claims recorded, the A/B's included (as the run file holds it: one per profile)."""
+        out: dict = {}
+        for c in self.configs.values():
+            out.update({k: v for k, v in c.recorded.items() if k == "ab"})
+        return out
 
 
-def _conforms(config: RecordedConfig, run: RecordedRun) -> tuple[Evidence, SessionEvidence]:
-    """Never called: the type checker holds the replayed evidence to the Protocols here, as run/servers.py and
-    run/session.py hold the live one."""
-    return config, run
+def _conforms(config: RecordedConfig) -> Evidence:
+    """Never called: the type checker holds the replayed evidence to the Protocol here, as run/servers.py holds the
+    live one."""
+    return config

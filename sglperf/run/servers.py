@@ -164,6 +164,21 @@ class ConfigRun:
     def noise(self, config: str, levels) -> dict:
         return evidence.baseline_noise(self.baseline()[0], config, levels)
 
+    def ladder(self) -> list[int]:
+        return self.suite.levels(self.profile)
+
+    def measured(self) -> dict[int, LevelResult]:
+        return self.suite.results(self.profile.name, self.name)
+
+    def starts_of(self, level: int) -> list[LevelResult]:
+        return self.suite.starts(self.profile.name, self.name).get(level, [])
+
+    def sibling(self, config: str) -> "ConfigRun | None":
+        return self.suite.config_run(self.profile.name, config)
+
+    def record_ab(self, doc) -> None:
+        self.suite.record_ab(self.profile, doc)
+
 
 class Servers:
     """The session's servers: what `Suite` does to start, learn, restart and stop them."""
