@@ -265,3 +265,21 @@ def test_while_drafting_the_count_is_checked_on_the_requests_that_finished_and_a
     else:
         assert p.returncode == 1 and "disagree on how many tokens were streamed" in out, out[-3000:]
         assert "in the requests that finished" in out
+
+
+def test_a_cohort_finishing_inside_a_bounding_scrapes_round_trip_is_the_counts_allowance():
+    """Between scrapes at 1.0 s and 5.0 s (each read somewhere inside a 20-ms round trip), 20 requests of 32 tokens
+    finish at 2-4 s and 4 more at 5.005 s, inside the second scrape's round trip: the server may have counted them or
+    not, so they are the allowance (4 x 32 tokens against the 20 x 32 the client saw finish between: 20%); 4 at
+    5.5 s are outside both."""
+    from sglperf.measure.metrics import completion_count
+
+    done = [RequestRecord(i, 0.0, 2.0 + i * 0.1, 32, 32, server_completion_tokens=32) for i in range(20)]
+    done += [RequestRecord(20 + i, 0.0, end, 32, 32, server_completion_tokens=32)
+             for i, end in enumerate([5.005] * 4 + [5.5] * 4)]
+    scrapes = [ServerSample(time=1.0, output_tokens_total=1000.0, time_uncertainty_s=0.01),
+               ServerSample(time=5.0, output_tokens_total=1000.0 + 20 * 32, time_uncertainty_s=0.01)]
+    c = completion_count(done, scrapes, (1.0, 5.0), lag_p99_ms=0.0)
+    assert c is not None
+    assert (c.client_tps, c.server_tps) == (20 * 32 / 4.0, 20 * 32 / 4.0)
+    assert c.edge_share == pytest.approx(4 / 20)

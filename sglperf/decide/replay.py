@@ -191,15 +191,14 @@ class RecordedRun:
 
     def ab(self) -> RecordedConfig:
         ab = self._profile.ab
-        return self.configs.get(ab.base) or self.configs[ab.tuned] if ab else next(iter(self.configs.values()))
+        if ab is None:
+            return next(iter(self.configs.values()))
+        return self.configs.get(ab.base) or self.configs[ab.tuned]
 
     @property
     def recorded(self) -> dict:
-        """What the claims recorded, the A/B's included (as the run file holds it: one per profile)."""
-        out: dict = {}
-        for c in self.configs.values():
-            out.update({k: v for k, v in c.recorded.items() if k == "ab"})
-        return out
+        """What the A/B recorded: on the config it was handed."""
+        return self.ab().recorded
 
 
 def _conforms(config: RecordedConfig) -> Evidence:

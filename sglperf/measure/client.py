@@ -238,7 +238,7 @@ class _Progress:
 async def stop_or_timeout(stop: asyncio.Event, seconds: float) -> None:
     """Wait `seconds`, or until `stop` is set. Not asyncio.wait_for: before Python 3.12 it swallows a cancel that
     arrives as the event is set, and a level that stalled sets its load's stop and cancels it at once; the open loop
-    then went on to wait out every request's timeout (143 s on sim-rate, its stall known after 10)."""
+    then went on to wait out every request's timeout (docs/measurement.md, "Round 5")."""
     waiter = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({waiter}, timeout=seconds)
@@ -249,8 +249,7 @@ async def stop_or_timeout(stop: asyncio.Event, seconds: float) -> None:
 async def sent_and_settled(sending, tasks) -> None:
     """Run `sending` (a loop that starts request tasks into `tasks`), then wait for those requests. Cancelled, as a
     level that detected a stall cancels its load, the requests are cancelled too: an open loop's requests are tasks
-    of their own, and left running they waited out the request timeout after the stall was known (143 s where the
-    closed loop took 21)."""
+    of their own, and left running they waited out the request timeout after the stall was known."""
     try:
         await sending
     except BaseException:

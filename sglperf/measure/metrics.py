@@ -420,7 +420,7 @@ def server_ratio(st: LevelStats) -> float | None:
     """The client's count over the server's, over one window. A counter that moves per token is compared with the
     tokens the client saw arrive; one that moves when a request finishes (SGLang while it drafts, llama.cpp) with the
     tokens of the requests that finished between the scrapes that bound the window, so the requests in flight at
-    its edges are no uncertainty (their allowance was +/-7-10% on 3-4 s windows, and a 1.08x over-count passed)."""
+    its edges are no uncertainty (their allowance had let an 8% over-count pass: docs/measurement.md, "Round 5")."""
     if st.server.get("server_count_at_completion") and st.completed is not None:
         return st.completed.client_tps / st.completed.server_tps
     server = st.server.get("server_output_tps")
