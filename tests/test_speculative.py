@@ -197,7 +197,13 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     host) fails throughput naming the draft, and a target with twice the idle layers (the same outputs and
     acceptance, each pass slower) fails throughput naming the verify step."""
     def llama(name, *args):
-        return spec_suite(tmp_path / name, "--levels", "1", *args, profile="cpu-llamacpp-spec")
+        p, out = spec_suite(tmp_path / name, "--levels", "1", *args, profile="cpu-llamacpp-spec")
+        if "floor not judged: this host's CPU is" in out:
+            # one run's CPU probe gives the floor a ±17% band; CI's 2-core VM once probed 17% apart between two of
+            # this test's runs minutes apart, and the floor went unjudged (right: tests/test_host_speed.py pins that
+            # gate). What this test pins is the draft and the verify step, so a probe's slow spell earns one rerun.
+            p, out = spec_suite(tmp_path / f"{name}-again", "--levels", "1", *args, profile="cpu-llamacpp-spec")
+        return p, out
 
     p, out = llama("healthy")
     assert_suite_passed(p.returncode, p.stdout)
@@ -212,7 +218,6 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     for metric in ("sustained_output_tps", "acceptance_length"):
         subprocess.run([sys.executable, "-m", "sglperf", "baseline", "update", "--from", str(run), "--metric", metric,
                         "--file", str(bfile)], check=True, capture_output=True)
-
     worse = llamacpp_build.make_model(seed=1)
     p, out = llama("draft", "--baseline-file", str(bfile), "--server-arg=--model-draft", f"--server-arg={worse}")
     assert p.returncode == 1, out[-3000:]
