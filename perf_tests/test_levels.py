@@ -1,5 +1,6 @@
 """Per (config, level): the sustained-throughput floor and the latency ceilings from the baseline, request health,
-the client's count against the server's, and (a shared-prefix workload) the prefix cache's share."""
+the client's count against the server's, and (a workload that shares prefixes: a shared prefix, conversations, a
+trace) the prefix cache's share."""
 
 import pytest
 
@@ -40,6 +41,6 @@ def test_client_matches_server_count(perf_config, level, perf_level, request):
     settle(decide(ServerCount(level), run))
 
 
-@pytest.mark.workload("shared_prefix", "multi_turn")
+@pytest.mark.workload("shared_prefix", "multi_turn", "trace")
 def test_prefix_cache(perf_config, level, perf_level, request):
     judge_level(request, perf_config, level, "prefix cache", PrefixCache(level))

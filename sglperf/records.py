@@ -98,6 +98,8 @@ class RequestRecord:
     # conversation sent or received (what a prefix cache may serve); None outside a multi-turn workload
     turn: int | None = None
     history_tokens: int | None = None
+    # a trace replay's request: when the trace meant it sent, on the client's clock (None outside a trace)
+    due_time: float | None = None
 
     @property
     def first_token_time(self) -> float | None:
@@ -308,6 +310,11 @@ class LevelResult:
     # a conversation workload by turn depth (measure/workload_metrics.by_turn): {turn: {requests, prompt_tokens,
     # ttft_p50_ms, ttft_p90_ms, tpot_p50_ms, cache_share, cache_allowed}}
     by_turn: dict[str, dict[str, float | None]] | None = None
+    # a trace replay (measure/workload_metrics.trace_sends): how late the window's requests were sent against their
+    # (sped-up) timestamps, p50 and p99 ms, and the trace's median gap between requests at that speed
+    send_late_p50_ms: float | None = None
+    send_late_p99_ms: float | None = None
+    trace_gap_p50_ms: float | None = None
     server_cache_hit_rate: float | None = None
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None
@@ -410,6 +417,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     # (decide/prefix.py), so a cache that stopped working is named apart from a slower engine
     Metric("prefix_cache_share", "prefix cache share of prompt tokens", "share", "higher", True,
            lambda r: r.prefix_cache_share, trend="prefix_cache"),
+    # a trace replay: how late the client sent against the trace's times (kept and drawn, never gated: a late client
+    # is a disturbance of the measurement, measure/validity.py, not the server's)
+    Metric("send_late_p50_ms", "trace send lateness p50", "ms", "lower", False, lambda r: r.send_late_p50_ms),
+    Metric("send_late_p99_ms", "trace send lateness p99", "ms", "lower", False, lambda r: r.send_late_p99_ms),
     Metric("goodput_tps", "goodput (output of requests that met the SLO)", "tok/s", "higher", False,
            lambda r: r.goodput_tps, trend="goodput_tps"),
     Metric("goodput_rps", "goodput (requests that met the SLO)", "req/s", "higher", False, lambda r: r.goodput_rps,

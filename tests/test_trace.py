@@ -1,10 +1,11 @@
-"""Trace replay (`sglperf replay`, measure/trace.py): a Mooncake-layout trace of our own (tests/data/traces) read,
+"""Trace replay (`sglperf replay`, measure/trace.py): a Mooncake-layout trace of our own (profiles/traces) read,
 its shared blocks made equal token blocks, sent on its timestamps against the simulator, with each request's send
 lateness and the prefix cache's share against what the shared blocks allow; bad traces refused naming the line."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from sglperf.measure import trace as tr
 
-TRACE = Path(__file__).parent / "data" / "traces" / "agent-sessions.jsonl"
+TRACE = Path(__file__).parents[1] / "profiles" / "traces" / "agent-sessions.jsonl"
 
 
 def test_equal_hash_ids_are_equal_token_blocks_and_nothing_else_is_shared():
@@ -63,3 +64,112 @@ def test_a_trace_replayed_on_its_timestamps_says_how_late_it_sent_and_how_much_t
     assert on["cache_allowed"] > 0.6 and on["cache_share"] >= 0.9 * on["cache_allowed"], on
     off = replay(start_sim("--enable-metrics", "--disable-radix-cache", name="off"), "off")
     assert off["cache_share"] == 0.0 and off["cache_allowed"] == on["cache_allowed"]
+
+
+def test_a_looped_trace_keeps_its_shared_blocks_inside_each_pass_and_shares_nothing_across_passes():
+    """Pass p renames every hash_id, so a prefix cache serves in each pass what the trace's shared blocks allow and no
+    more; pass 1 is due one period after pass 0, at the speed-up's pace."""
+    trace = tr.load(TRACE, 16)
+    n = len(trace.requests)
+    make = lambda k: trace.prompt(k, seed=0, low=100, high=32000).ids  # noqa: E731
+    first, again = trace.requests[0], next(i for i, r in enumerate(trace.requests)
+                                           if i and r.hash_ids[:1] == trace.requests[0].hash_ids[:1])
+    block = min(first.isl, 16)
+    assert make(again)[:block] == make(0)[:block], "inside a pass: equal hash_ids, equal blocks"
+    assert make(n + again)[:block] == make(n)[:block] != make(0)[:block], "pass 1 shares within itself, not with 0"
+    assert trace.due_s(n, 2.0) == pytest.approx(trace.period_s / 2) and trace.due_s(1, 1.0) == trace.requests[1].at_s
+    assert trace.rate == pytest.approx(n / trace.period_s) and trace.allowed == tuple(tr.shared_tokens(
+        list(trace.requests), 16))
+
+
+def _profile(tmp_path, **workload) -> Path:
+    """sim-trace's file with its workload keys changed (None: removed), beside a copy of its trace."""
+    from sglperf.run import profiles
+
+    (tmp_path / "traces").mkdir(exist_ok=True)
+    (tmp_path / "traces" / TRACE.name).write_bytes(TRACE.read_bytes())
+    lines = (profiles.PROFILE_DIR / "sim-trace.toml").read_text().splitlines()
+    out, section = [], None
+    for ln in lines:
+        if ln.startswith("["):
+            section = ln
+        key = ln.split("=")[0].strip()
+        if section == "[workload]" and key in workload:
+            value = workload.pop(key)
+            if value is not None:
+                out.append(f"{key} = {json.dumps(value)}")
+            continue
+        out.append(ln)
+    text = "\n".join(out) + "\n"
+    if workload:  # keys the profile did not have, or a ladder to swap
+        text = text.replace("[workload]\n", "[workload]\n" + "".join(f"{k} = {json.dumps(v)}\n"
+                                                                     for k, v in workload.items()))
+    f = tmp_path / "p.toml"
+    f.write_text(text)
+    return f
+
+
+@pytest.mark.parametrize("change, said", [
+    (dict(trace=None), "needs trace"),
+    (dict(trace="traces/missing.jsonl"), "missing.jsonl: No such file"),
+    (dict(isl=100), "the trace sends up to 182 tokens in and 16 out: isl (100)"),
+    (dict(prompt_format="text"), "prompt_format \"ids\""),
+    (dict(kind="random"), "trace and block_tokens are for kind = \"trace\""),
+])
+def test_a_trace_profile_that_cannot_be_replayed_is_refused_naming_the_key(tmp_path, change, said):
+    from sglperf.run import profiles
+
+    with pytest.raises(profiles.ProfileError, match=re.escape(said)):
+        profiles.load(str(_profile(tmp_path, **change)))
+
+
+def test_a_trace_profile_reads_its_trace_beside_it_and_replays_it_at_offered_rates(tmp_path):
+    from sglperf.run import profiles
+
+    prof = profiles.load(str(_profile(tmp_path)))
+    w = prof.workload
+    assert w.describe().startswith("trace agent-sessions.jsonl (") and "48 requests over 3.73 s" in w.describe()
+    assert w.client_workload().trace.requests == tr.load(TRACE, 16).requests
+    bad = tmp_path / "traces" / TRACE.name
+    bad.write_text(bad.read_text() + '{"timestamp": 5000, "input_length": 0, "output_length": 4}\n')
+    with pytest.raises(profiles.ProfileError, match=r"workload: .*agent-sessions.jsonl:49: input_length 0"):
+        profiles.load(str(tmp_path / "p.toml"))
+    ladder = tmp_path / "p.toml"
+    ladder.write_text(ladder.read_text().replace("rates = [20, 40]", "levels = [4, 8]"))
+    bad.write_bytes(TRACE.read_bytes())
+    with pytest.raises(profiles.ProfileError, match="a trace is replayed at offered rates"):
+        profiles.load(str(ladder))
+
+
+def test_a_trace_profile_is_judged_like_the_others_and_a_disabled_radix_cache_fails_as_a_prefix_cache_regression(
+        tmp_path):
+    """sim-trace replays the trace at 10 and 20 req/s against its committed baseline (throughput, latency and the
+    cache's share): green, each level saying how late it sent and what the cache served, in the summary, the run
+    file, the history and Allure. With the radix cache off the shared blocks are recomputed: PREFIX CACHE REGRESSION."""
+    from .conftest import user_env
+    from .test_faults import ROOT
+
+    def suite(where, *args):
+        p = subprocess.run([sys.executable, "-m", "pytest", "perf_tests", "-q", "-p", "no:randomly", "-m", "sim",
+                            "--profile", "sim-trace", "--reports-dir", str(where), *args],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=user_env())
+        return p, p.stdout + p.stderr
+
+    p, out = suite(tmp_path / "on", "--alluredir", str(tmp_path / "allure"))
+    assert p.returncode == 0, out[-3000:]
+    assert "    trace sent late by p50 " in out and "the shared blocks allow 0.75" in out, out[-3000:]
+    run = json.loads(next((tmp_path / "on" / "runs").glob("*.json")).read_text())
+    assert run["fingerprint"]["workload"].startswith("trace agent-sessions.jsonl (")
+    for rate, level in run["configs"]["rr24"]["levels"].items():
+        assert level["valid"] and level["send_late_p99_ms"] < 0.25 * level["trace_gap_p50_ms"], (rate, level)
+        assert level["prefix_cache_share"] == pytest.approx(level["prefix_cache_allowed"], abs=0.02), level
+    (line,) = [json.loads(x) for x in (tmp_path / "on" / "history.jsonl").read_text().splitlines()]
+    assert all(lv["send_late_p99_ms"] is not None for lv in line["levels"]), "the history keeps the lateness"
+    params = [prm for f in (tmp_path / "allure").glob("*-result.json")
+              for prm in json.loads(f.read_text()).get("parameters", [])]
+    assert any(prm["name"] == "trace replay" and "trace sent late by" in prm["value"] for prm in params)
+
+    p, out = suite(tmp_path / "off", "--levels", "20", "--server-arg=--disable-radix-cache")
+    assert p.returncode == 1, out[-3000:]
+    assert "PREFIX CACHE REGRESSION: sim-trace/rr24 r20: 0.000 ± 0.000 of prompt tokens served" in out, out[-3000:]
+    assert "shared prefixes are recomputed" in out

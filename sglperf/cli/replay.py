@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--block-tokens {args.block_tokens}: a block holds at least one token")
         if args.json_path:
             check_file_target(args.json_path, "--json")
-        trace = tr.read_mooncake(args.trace, args.block_tokens)
+        trace = tr.load(args.trace, args.block_tokens)
         result = asyncio.run(_replay(args, trace))
     except SglperfError as e:
         print(f"sglperf replay: {e.report()}", file=sys.stderr)
@@ -52,21 +52,17 @@ def main(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
-async def _replay(args: argparse.Namespace, trace: list[tr.TraceRequest]) -> dict:
+async def _replay(args: argparse.Namespace, trace: tr.Trace) -> dict:
     key = api_key_from_env()
     register(*url_secrets(args.url))
     url = engines.check_url(args.url, "--url")
     engine = engines.get(args.engine) if args.engine else engines.detect(url, key)
     info = engine.server_info(url, key)
     lo, hi = vocabulary(args.vocab_range, engine.vocab_size(url, key, info), None, url)
-    longest = max(r.isl for r in trace)
-    conn = connect(url, engine, Workload(longest, max(r.osl for r in trace), vocab_low=lo, vocab_high=hi),
+    isl, osl = trace.longest
+    conn = connect(url, engine, Workload(isl, osl, seed=args.seed, vocab_low=lo, vocab_high=hi, trace=trace),
                    api_key=key, info=info)
-    prompts = [tr.prompt(r, seed=args.seed, low=lo, high=hi, block=args.block_tokens, index=i)
-               for i, r in enumerate(trace)]
-    stop = asyncio.Event()
     async with LoadGenerator(conn.target, conn.workload, request_timeout=args.request_timeout) as gen:
-        due = await tr.replay(gen, trace, prompts, args.speedup, stop)
+        await gen.replay(trace, args.speedup, asyncio.Event(), passes=1)
         records = gen.records
-    return {"trace": str(args.trace), "speedup": args.speedup, "engine": engine.name,
-            **tr.summary(records, due, tr.shared_tokens(trace, args.block_tokens))}
+    return {"trace": str(args.trace), "speedup": args.speedup, "engine": engine.name, **tr.summary(records)}

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -30,6 +30,9 @@ from ..interrupts import defer
 from ..redact import auth_headers
 from .stream import StreamClient, StreamError
 from .wire import CHAT, NATIVE, Wire, by_name
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class Workload:
     shared_prefix: SharedPrefix | None = None  # None: every prompt its own
     length_mix: LengthMix | None = None  # None: every request ISL tokens in, OSL out
     multi_turn: MultiTurn | None = None  # None: every request a conversation of its own
+    trace: Trace | None = field(default=None, compare=False, repr=False)  # an open loop replays it (measure/trace.py)
 
     def __post_init__(self) -> None:
         if self.isl < 1 or self.osl < 1:
@@ -189,7 +193,7 @@ class _Progress:
     __slots__ = ("index", "send", "times", "tokens", "server_prompt", "server_completion", "finish", "error",
                  "detail", "status", "prompt_tokens", "max_tokens", "texts", "count_source", "server_ttft",
                  "output_ids", "spec_verify_ct", "spec_accept_length", "cached", "impossible", "turn", "history",
-                 "keep_ids")
+                 "keep_ids", "due")
 
     def __init__(self, index: int, send: float, prompt_tokens: int, max_tokens: int, keep_text: bool = False):
         self.index, self.send = index, send
@@ -209,6 +213,7 @@ class _Progress:
         self.turn: int | None = None
         self.history: int | None = None
         self.keep_ids = False  # a conversation's reply: its ids are the next turn's history
+        self.due: float | None = None  # when a trace meant it sent
 
     def reconcile(self, n: int, source: str) -> None:
         """Make the chunks add up to `n` output tokens (the server's final usage, or the tokenizer's count of the
@@ -232,7 +237,7 @@ class _Progress:
                              None if cancelled else self.error, self.detail, self.status, cancelled,
                              self.count_source, self.server_ttft, self.output_ids, self.spec_verify_ct,
                              self.spec_accept_length, self.cached, tuple(self.impossible), self.turn,
-                             self.history)
+                             self.history, self.due)
 
 
 async def stop_or_timeout(stop: asyncio.Event, seconds: float) -> None:
@@ -348,7 +353,11 @@ class LoadGenerator:
 
     async def open_loop(self, rate: float, stop: asyncio.Event, *, burstiness: float = 1.0,
                         max_concurrency: int | None = None, seed: int = 0) -> None:
-        """Poisson arrivals (gamma intervals with shape `burstiness`, as bench_serving), optional cap."""
+        """Poisson arrivals (gamma intervals with shape `burstiness`, as bench_serving), optional cap; a workload
+        with a trace replays it instead, at the speed that offers `rate` on average."""
+        if self.workload.trace is not None:
+            await self.replay(self.workload.trace, rate / self.workload.trace.rate, stop)
+            return
         rng = np.random.default_rng([seed, self.stream_id, 1])
         sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         tasks: set[asyncio.Task] = set()
@@ -370,9 +379,34 @@ class LoadGenerator:
 
         await sent_and_settled(send(), tasks)
 
+    async def replay(self, trace: Trace, speedup: float, stop: asyncio.Event, passes: int | None = None) -> None:
+        """The trace's requests on their timestamps / `speedup`, pass after pass until `stop` (or `passes` of them),
+        whatever the server's answers (an open loop); each request records when it was due and what of its prompt
+        earlier ones sent (its history: what a prefix cache may serve)."""
+        w, t0 = self.workload, self.clock()
+        tasks: set[asyncio.Task] = set()
+        end = None if passes is None else passes * len(trace.requests)
+
+        async def send() -> None:
+            k = 0
+            while not stop.is_set() and (end is None or k < end):
+                at = t0 + trace.due_s(k, speedup)
+                if at > self.clock():
+                    await stop_or_timeout(stop, at - self.clock())
+                if stop.is_set():
+                    break
+                p = trace.prompt(k, seed=w.seed, low=w.vocab_low, high=w.vocab_high)
+                t = asyncio.create_task(self.one_request(k, p, history=trace.allowed[k % len(trace.requests)],
+                                                         due=at))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+                k += 1
+
+        await sent_and_settled(send(), tasks)
+
     # ------------------------------------------------------------------ one request
     async def one_request(self, index: int | None = None, prompt: Prompt | None = None, *, turn: int | None = None,
-                          history: int | None = None) -> RequestRecord:
+                          history: int | None = None, due: float | None = None) -> RequestRecord:
         if index is None:
             index = self._next_index
             self._next_index += 1
@@ -383,7 +417,7 @@ class LoadGenerator:
         body.update(w.extra_body)
         payload = dumps(body)
         p = _Progress(index, self.clock(), prompt.tokens, prompt.max_tokens or w.osl, keep_text=w.tokenizer is not None)
-        p.turn, p.history, p.keep_ids = turn, history, turn is not None
+        p.turn, p.history, p.keep_ids, p.due = turn, history, turn is not None, due
         self.in_flight[index] = p
         cancelled = False
         try:

@@ -32,7 +32,7 @@ from ..records import ClientSample, GpuSample, HostSample, LevelResult, RequestR
 from .intervals import regime_shift, sustained_interval
 from .server_view import server_view
 from .validity import MeasurementPolicy, judge
-from .workload_metrics import acceptance, by_turn, open_loop, prefix_cache
+from .workload_metrics import acceptance, by_turn, open_loop, prefix_cache, trace_sends
 
 
 def goodput(records: list[RequestRecord], window: tuple[float, float] | None, policy: MeasurementPolicy
@@ -312,6 +312,7 @@ class LevelStats:
     gpu_disturbed: list = field(default_factory=list)
     server: dict = field(default_factory=dict)
     behind: float | None = None
+    sends: dict = field(default_factory=dict)  # a trace replay's send timing (workload_metrics.trace_sends)
 
 
 def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: float | None, policy,
@@ -359,6 +360,7 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     st.server = server_view(list(samples.server), st.window)
     st.completed = completion_count(ok, list(samples.server), st.window, st.lag)
     st.behind = st.server.pop("sim_behind_share", None)
+    st.sends = trace_sends(records, st.window)
     return st
 
 
@@ -469,4 +471,5 @@ def level_result(records: list[RequestRecord], *, concurrency: int | None, rate:
         **prefix_cache(st.ok, w, samples.server, cache_allowed),
         **open_loop(records, rate, sv.get("server_mean_queued")),
         by_turn=by_turn(st.ok, w),
+        **st.sends,
     )

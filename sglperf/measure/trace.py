@@ -9,17 +9,16 @@ of prompt tokens against what the shared blocks allow."""
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..categories import UsageError
 from ..records import RequestRecord
-from .client import sent_and_settled, stop_or_timeout
 from .prompts import MAX_TOKENS, Prompt
 
 # Mooncake's traces and AIPerf's reader: 512 tokens a block.
@@ -36,6 +35,63 @@ class TraceRequest:
 
 class TraceError(UsageError):
     pass
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace as a judged workload replays it: its requests, looped for as long as a level runs. Pass p of the loop
+    renames every hash_id (h + p x (the largest + 1)), so each pass sends blocks no earlier pass sent, and a prefix
+    cache may serve in each pass exactly what the trace's own shared blocks allow (`allowed`). A level's offered
+    rate sets the speed-up: rate / the trace's own mean rate, so the trace's bursts and lulls keep their shape."""
+
+    requests: tuple[TraceRequest, ...]
+    block_tokens: int
+    name: str  # the file's name, in the fingerprint (a path differs between machines)
+    digest: str  # the file's sha256, first 12 hex digits: a baseline of one trace never judges another
+    allowed: tuple[int, ...] = field(init=False)  # per request, the prompt tokens a prefix cache may serve
+    rename_step: int = field(init=False)  # the largest hash_id + 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed", tuple(shared_tokens(list(self.requests), self.block_tokens)))
+        object.__setattr__(self, "rename_step", max((h for q in self.requests for h in q.hash_ids), default=0) + 1)
+
+    @property
+    def period_s(self) -> float:
+        """One pass, recorded time: the last request's timestamp and one mean gap more, before the next pass."""
+        n, last = len(self.requests), self.requests[-1].at_s
+        return last + (last / (n - 1) if n > 1 and last > 0 else 1.0)
+
+    @property
+    def rate(self) -> float:
+        """The trace's own mean rate, requests a second of recorded time."""
+        return len(self.requests) / self.period_s
+
+    @property
+    def longest(self) -> tuple[int, int]:
+        return max(r.isl for r in self.requests), max(r.osl for r in self.requests)
+
+    def describe(self) -> str:
+        return (f"trace {self.name} ({self.digest}): {len(self.requests)} requests over {self.period_s:.2f} s, "
+                f"{self.block_tokens}-token blocks")
+
+    def due_s(self, k: int, speedup: float) -> float:
+        """When request k of the loop (pass k // n, request k % n) is due, seconds from the replay's start."""
+        p, i = divmod(k, len(self.requests))
+        return (p * self.period_s + self.requests[i].at_s) / speedup
+
+    def prompt(self, k: int, *, seed: int, low: int, high: int) -> Prompt:
+        p, i = divmod(k, len(self.requests))
+        r = self.requests[i]
+        renamed = TraceRequest(r.at_s, r.isl, r.osl, tuple(h + p * self.rename_step for h in r.hash_ids))
+        return prompt(renamed, seed=seed, low=low, high=high, block=self.block_tokens, index=k)
+
+
+def load(path: str | Path, block_tokens: int = BLOCK_TOKENS) -> Trace:
+    """A trace file read (read_mooncake) into the record a workload replays."""
+    where = Path(path)
+    reqs = read_mooncake(where, block_tokens)
+    digest = hashlib.sha256(where.read_bytes()).hexdigest()[:12]
+    return Trace(tuple(reqs), block_tokens, where.name, digest)
 
 
 def read_mooncake(path: str | Path, block_tokens: int = BLOCK_TOKENS) -> list[TraceRequest]:
@@ -112,36 +168,13 @@ def shared_tokens(trace: list[TraceRequest], block: int = BLOCK_TOKENS) -> list[
     return out
 
 
-async def replay(gen, trace: list[TraceRequest], prompts: list[Prompt], speedup: float, stop: asyncio.Event
-                 ) -> dict[int, float]:
-    """Send request i at its timestamp / speedup after the start, whatever the server's answers (an open loop);
-    {index: when it was due, on the generator's clock}. Stops sending once `stop` is set."""
-    t0 = gen.clock()
-    due: dict[int, float] = {}
-    tasks: set[asyncio.Task] = set()
-
-    async def send() -> None:
-        for i, (req, p) in enumerate(zip(trace, prompts)):
-            at = t0 + req.at_s / speedup
-            wait = at - gen.clock()
-            if wait > 0:
-                await stop_or_timeout(stop, wait)
-            if stop.is_set():
-                break
-            due[i] = at
-            tasks.add(asyncio.create_task(gen.one_request(i, p)))
-
-    await sent_and_settled(send(), tasks)
-    return due
-
-
-def summary(records: list[RequestRecord], due: dict[int, float], allowed: list[int]) -> dict:
+def summary(records: list[RequestRecord]) -> dict:
     """The replay in numbers: requests sent and failed, send lateness (p50, p99, max in ms), output tok/s over the
     replay, TTFT and TPOT percentiles, and the prefix cache's share of prompt tokens against what shared blocks
     allow."""
-    sent = [r for r in records if r.index in due]
+    sent = [r for r in records if r.due_time is not None]
     ok = [r for r in sent if r.ok]
-    late = np.array([max(0.0, r.send_time - due[r.index]) * 1000 for r in sent]) if sent else np.array([0.0])
+    late = np.array(lateness_ms(sent)) if sent else np.array([0.0])
     span = (max(r.end_time for r in ok) - min(r.send_time for r in ok)) if ok else 0.0
     ttft = [1000 * (t - r.send_time) for r in ok if (t := r.first_token_time) is not None]
     tpot = [1000 * (r.end_time - t) / (r.output_tokens - 1) for r in ok
@@ -160,5 +193,10 @@ def summary(records: list[RequestRecord], due: dict[int, float], allowed: list[i
         "tpot_ms": {"p50": pct(tpot, 50), "p99": pct(tpot, 99)},
         "cache_share": round(sum(min(r.server_cached_tokens or 0, r.prompt_tokens) for r in rated) / prompt_tokens, 4)
         if prompt_tokens else None,
-        "cache_allowed": round(sum(allowed[r.index] for r in rated) / prompt_tokens, 4) if prompt_tokens else None,
+        "cache_allowed": round(sum(r.history_tokens or 0 for r in rated) / prompt_tokens, 4) if prompt_tokens else None,
     }
+
+
+def lateness_ms(sent: list[RequestRecord]) -> list[float]:
+    """How late each request was sent against when its trace meant it sent, ms (never below 0)."""
+    return [max(0.0, r.send_time - r.due_time) * 1000 for r in sent if r.due_time is not None]

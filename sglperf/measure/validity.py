@@ -36,6 +36,9 @@ class MeasurementPolicy:
     # tail (p99) alone does not bias sustained throughput (tokens are counted, only their timestamps blur): large
     # against the ITL it is a warning.
     max_late_share: float = 0.02
+    # A trace replay whose median request was sent later than this share of the trace's median gap (at its speed-up)
+    # has lost the trace's timing: requests it spaced apart went out together. A disturbance, as the client lag is.
+    max_trace_late_share: float = 0.25
     max_client_cpu_share: float = 0.90
     warn_lag_share_of_itl: float = 0.2
     # The service-level objective goodput counts against (profile [slo]): a request meets it when its own TTFT and
@@ -102,6 +105,11 @@ def judge(st, policy: MeasurementPolicy, *, isl: int, prompt_check: str, stopped
                          f"{st.lag_mean:.1f} ms, p99 {st.lag:.0f} ms, against a median E2E of "
                          f"{st.latency['e2e_ms'].median or 0:.0f} ms; limit {policy.max_late_share:.0%}): "
                          "sends were late")
+    late, gap = st.sends.get("send_late_p50_ms"), st.sends.get("trace_gap_p50_ms")
+    if late is not None and gap and late > policy.max_trace_late_share * gap:
+        disturbed.append(f"disturbed: the client sent the trace's requests late (p50 {late:.1f} ms, p99 "
+                         f"{st.sends['send_late_p99_ms']:.1f} ms, against a median gap of {gap:.1f} ms between them; "
+                         f"limit {policy.max_trace_late_share:.0%} of it): the arrivals were not the trace's")
     if st.behind is not None and st.behind > policy.max_sim_behind:
         disturbed.append(f"disturbed: the simulator fell {st.behind:.0%} behind real time during the window (its "
                          f"engine could not keep its step times on this host; limit {policy.max_sim_behind:.0%})")

@@ -93,7 +93,9 @@ def open_loop(records: list[RequestRecord], rate: float | None, queued: float | 
     span = e - s
     sent = sum(1 for r in records if s <= r.send_time < e) / span
     done = sum(1 for r in records if r.ok and s <= r.end_time < e)
-    expected = rate * span
+    # a trace's arrivals are its own, not Poisson: what the server had to complete is what was sent (sent late, a
+    # disturbance of its own: trace_sends)
+    expected = sent * span if any(r.due_time is not None for r in records) else rate * span
     short = (expected - done) / math.sqrt(expected) if expected > 0 else 0.0
     saturation = None
     if short > SATURATION_Z:
@@ -102,6 +104,33 @@ def open_loop(records: list[RequestRecord], rate: float | None, queued: float | 
                       f"the window ({short:.1f} standard deviations of the arrivals short): the server saturated at "
                       f"about {done / span:.2f} req/s{waiting}")
     return dict(offered_rps=rate, sent_rps=round(sent, 4), achieved_rps=round(done / span, 4), saturation=saturation)
+
+
+def trace_sends(records: list[RequestRecord], window) -> dict:
+    """A trace replay's timing over the requests due inside the window: how late each was sent against when the
+    trace meant it sent (p50, p99 ms), and the median gap between requests the trace asked for at its speed-up.
+    Nothing outside a trace."""
+    due = sorted((r.due_time, r.send_time) for r in records if r.due_time is not None
+                 and (window is None or window[0] <= r.due_time <= window[1]))
+    if len(due) < 2:
+        return {}
+    late = [max(0.0, sent - at) * 1000 for at, sent in due]
+    gaps = np.diff([at for at, _ in due]) * 1000
+    return dict(send_late_p50_ms=round(float(np.percentile(late, 50)), 3),
+                send_late_p99_ms=round(float(np.percentile(late, 99)), 3),
+                trace_gap_p50_ms=round(float(np.median(gaps)), 3))
+
+
+def trace_line(r) -> str | None:
+    """A trace replay's level in words (a LevelResult with trace_sends' fields): how late the client sent against
+    the trace's times, and the prefix cache against what its shared blocks allow; None outside a trace."""
+    if r.send_late_p50_ms is None:
+        return None
+    cache = ("" if r.prefix_cache_share is None or r.prefix_cache_allowed is None else
+             f"; prefix cache {r.prefix_cache_share:.3f} of prompt tokens, the shared blocks allow "
+             f"{r.prefix_cache_allowed:.3f}")
+    return (f"trace sent late by p50 {r.send_late_p50_ms:.1f} ms, p99 {r.send_late_p99_ms:.1f} ms (its requests "
+            f"{r.trace_gap_p50_ms:.0f} ms apart at the median){cache}")
 
 
 def by_turn(done: list[RequestRecord], window) -> dict[str, dict[str, float | None]] | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..categories import Category
 from ..fileio import jsonl
-from ..measure.workload_metrics import turn_table
+from ..measure.workload_metrics import trace_line, turn_table
 from ..records import METRICS, LevelResult, Rate, level_name
 from ..redact import redact
 
@@ -74,6 +74,8 @@ def measured_parameters(r: LevelResult) -> None:
                         ("host CPU speed probe", fmt(r.host_cpu_speed, ".3g")),
                         ("valid", "yes" if r.valid else "no: " + "; ".join(r.invalid_reasons))):
         allure.dynamic.parameter(name, value, excluded=True)
+    if trace_line(r):
+        allure.dynamic.parameter("trace replay", trace_line(r), excluded=True)
 
 
 def attach_level(meas, plots: bool = True) -> None:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal  # noqa: F401
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from .. import engines
 from ..categories import UsageError
@@ -75,7 +76,12 @@ class WorkloadSection(Strict):
     # "multi_turn": conversations, an agent's sessions: each virtual user (a level's concurrency counts users) sends
     # `turns` requests, each the whole history (earlier prompts and replies) and `turn_tokens` new tokens, the first
     # ISL tokens, `think_time_s` after each reply (prompts.MultiTurn)
-    kind: Literal["random", "shared_prefix", "length_mix", "multi_turn"] = "random"
+    # "trace": a Mooncake-layout trace (`trace`, a path relative to the profile's directory; `block_tokens` a hash_id)
+    # replayed on its timestamps and looped, sped up so that each of the ladder's `rates` is its mean offered rate
+    # (measure/trace.Trace); isl and osl are the longest input and output the trace may send
+    kind: Literal["random", "shared_prefix", "length_mix", "multi_turn", "trace"] = "random"
+    trace: str | None = None
+    block_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     turns: int | None = Field(None, ge=2, le=256)
     turn_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     think_time_s: float | None = Field(None, ge=0, le=3600)
@@ -84,6 +90,32 @@ class WorkloadSection(Strict):
     length_sigma: float | None = Field(None, gt=0, le=3)
     isl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
     osl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    _trace: object = PrivateAttr(None)  # measure/trace.Trace, read when the profile is
+
+    @model_validator(mode="after")
+    def _replayed(self, info: ValidationInfo):
+        """A trace is read with the profile, relative to its directory (load() says which): a trace that cannot be
+        replayed is a profile that cannot be used, named before any server starts."""
+        if self.kind != "trace":
+            if (self.trace, self.block_tokens) != (None, None):
+                raise ValueError(f"trace and block_tokens are for kind = \"trace\" (kind is {self.kind!r})")
+            return self
+        if self.trace is None:
+            raise ValueError("kind = \"trace\" needs trace: a Mooncake-layout JSONL file")
+        if self.prompt_format != "ids":
+            raise ValueError("kind = \"trace\" builds prompts of token blocks: prompt_format \"ids\"")
+        from ..measure import trace as tr
+
+        where = Path((info.context or {}).get("dir", ".")) / self.trace
+        try:
+            self._trace = tr.load(where, self.block_tokens or tr.BLOCK_TOKENS)
+        except tr.TraceError as e:
+            raise ValueError(str(e).replace("--trace ", "")) from None
+        isl, osl = self._trace.longest
+        if isl > self.isl or osl > self.osl:
+            raise ValueError(f"the trace sends up to {isl} tokens in and {osl} out: isl ({self.isl}) and osl "
+                             f"({self.osl}) must be at least those")
+        return self
 
     @model_validator(mode="after")
     def _range(self):
@@ -140,6 +172,11 @@ class WorkloadSection(Strict):
             mt = self.conversation()
             return (self.isl + (mt.turns - 1) * (self.osl + mt.turn_tokens) // 2, self.osl,
                     mt.longest_prompt(self.isl, self.osl) + self.osl)
+        if self.kind == "trace":
+            reqs = self._trace.requests  # type: ignore[attr-defined]
+            whole = sorted(r.isl + r.osl for r in reqs)
+            return (round(sum(r.isl for r in reqs) / len(reqs)), round(sum(r.osl for r in reqs) / len(reqs)),
+                    whole[int(0.9 * len(whole))])
         if self.kind != "length_mix":
             return self.isl, self.osl, None
         from ..measure.prompts import LengthMix
@@ -158,6 +195,8 @@ class WorkloadSection(Strict):
         if self.kind == "multi_turn":
             return (f"multi_turn {self.isl}/{self.osl}: {self.turns} turns of {self.turn_tokens} new tokens, think "
                     f"{self.think_time_s or 0:g} s")
+        if self.kind == "trace":
+            return self._trace.describe()  # type: ignore[attr-defined]
         if self.kind == "length_mix":
             return (f"length_mix {self.isl}/{self.osl}: log-normal sigma {self.length_sigma:g}, clipped at "
                     f"{self.isl_max}/{self.osl_max}")
@@ -174,7 +213,8 @@ class WorkloadSection(Strict):
         mix = LengthMix(self.length_sigma, self.isl_max, self.osl_max) if self.kind == "length_mix" else None
         return Workload(self.isl, self.osl, seed=self.seed, vocab_low=self.vocab_low, vocab_high=self.vocab_high,
                         prompt_format=self.prompt_format, tokenizer=Tokenizer(name) if name else None,
-                        shared_prefix=prefix, length_mix=mix, multi_turn=self.conversation())
+                        shared_prefix=prefix, length_mix=mix, multi_turn=self.conversation(),
+                        trace=self._trace)
 
 
 # Keys a profile may still use for one release, and what replaced them (the deprecation line names the new key).
@@ -393,6 +433,8 @@ class Profile(Strict):
         if bool(self.levels) == bool(self.rates):
             raise ValueError("give the ladder as either levels (concurrencies) or rates (requests per second), "
                              "exactly one of them, non-empty")
+        if self.workload.kind == "trace" and not self.rates:
+            raise ValueError("a trace is replayed at offered rates: give the ladder as rates (its mean req/s)")
         if self.rates:
             self.__dict__["levels"] = [Rate(x) for x in self.rates]
         return self
@@ -459,7 +501,7 @@ def load(name_or_path: str) -> Profile:
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(f"{path}: not valid TOML: {e}") from None
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(data, context={"dir": path.parent})
     except ValidationError as e:
         lines = []
         for err in e.errors():

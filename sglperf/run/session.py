@@ -26,7 +26,7 @@ from ..categories import InfraError, UsageError
 from ..measure.shards import parse_client_procs, resolve_client_procs
 from ..measure.level import LevelMeasurement, LevelSpec, ServerWatch, run_level
 from ..measure.metrics import MeasurementPolicy
-from ..measure.workload_metrics import turn_table
+from ..measure.workload_metrics import trace_line, turn_table
 from ..redact import api_key_from_env, argv_secrets, env_secrets, redact, register, url_secrets
 from ..store.recorder import RunRecorder, mark_abandoned
 from ..records import LevelResult, Rate, level_name, start_allowed
@@ -420,6 +420,8 @@ class Suite(Servers):
                         lines.append(f"    {c.faster[str(lv)]}")
                     if r.by_turn:
                         lines += turn_table(r.by_turn)
+                    if trace_line(r):
+                        lines.append(f"    {trace_line(r)}")
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
         lines += self.candidates + self.pushed
