@@ -173,3 +173,25 @@ def test_a_trace_profile_is_judged_like_the_others_and_a_disabled_radix_cache_fa
     assert p.returncode == 1, out[-3000:]
     assert "PREFIX CACHE REGRESSION: sim-trace/rr24 r20: 0.000 ± 0.000 of prompt tokens served" in out, out[-3000:]
     assert "shared prefixes are recomputed" in out
+
+
+def test_an_open_loops_window_spans_the_lulls_between_its_bursts_and_a_closed_loops_breaks_at_a_gap():
+    """A trace at a low rate is idle between bursts (here 3 requests 20 ms apart, then 400 ms of nothing): its
+    traffic, so the window runs from the warm-up to the last token. A closed loop with nothing in flight for as
+    long has broken its loop: its window is the longest busy run."""
+    from sglperf.measure.metrics import level_result
+    from sglperf.measure.validity import MeasurementPolicy
+    from sglperf.records import RequestRecord
+
+    recs = []
+    for burst in range(60):
+        for j in range(3):
+            t = burst * 0.5 + j * 0.02
+            recs.append(RequestRecord(len(recs), t, t + 0.06, 32, 4, tuple(t + 0.015 * (k + 1) for k in range(4)),
+                                      (1, 1, 1, 1), 32, 4, "length", due_time=t))
+    policy = MeasurementPolicy(min_completions=20)
+    opened = level_result(recs, concurrency=None, rate=6.0, isl=32, osl=4, policy=policy)
+    assert opened.window_s > 25 and opened.completed_in_window > 150, (opened.window_s, opened.invalid_reasons)
+    closed = level_result(recs, concurrency=3, rate=None, isl=32, osl=4, policy=policy)
+    assert closed.window_s < 0.2, closed.window_s
+    assert opened.send_late_p50_ms == 0.0 and opened.trace_gap_p50_ms == pytest.approx(20.0)

@@ -332,8 +332,11 @@ def level_stats(records: list[RequestRecord], *, concurrency: int | None, rate: 
     steps = inflight_steps(records, now)
     if st.window is None and w_end is not None:
         search_end = min(now, end.window_cap) if end.window_cap is not None else now
+        # an open loop's lulls (nothing in flight between arrivals: a trace's quiet spells, a low Poisson rate) are
+        # its traffic, not a break in it: its window runs from the warm-up to where load stopped
         st.window = steady_state_window(records, in_flight, policy.steady_state_ratio if concurrency else 0.0,
-                                        policy.max_gap_s, w_end, search_end, steps if search_end == now else None)
+                                        policy.max_gap_s if concurrency else math.inf, w_end, search_end,
+                                        steps if search_end == now else None)
     lat_records = ok
     if st.window is not None:
         s, e = st.window
