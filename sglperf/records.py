@@ -94,8 +94,9 @@ class RequestRecord:
     # numbers the server reported that no request can have (cached tokens past the prompt, a verify count of 0 for
     # tokens produced, an acceptance length below 1), as it sent them: the level is invalid (measure/validity.py)
     impossible: tuple[str, ...] = ()
-    # a conversation's turn (0: its first request) and the tokens of its prompt an earlier turn of the same
-    # conversation sent or received (what a prefix cache may serve); None outside a multi-turn workload
+    # a conversation's turn (0: its first request; None outside a multi-turn workload), and the tokens of its prompt
+    # that earlier requests sent or received (a conversation's history, a trace's shared blocks): what a prefix cache
+    # may serve (None where the workload does not say per request)
     turn: int | None = None
     history_tokens: int | None = None
     # a trace replay's request: when the trace meant it sent, on the client's clock (None outside a trace)

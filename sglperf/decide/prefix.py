@@ -1,4 +1,4 @@
-"""The prefix cache of one level of a shared-prefix or a conversation workload: the share of prompt tokens the
+"""The prefix cache of one level of a shared-prefix, conversation or trace workload: the share of prompt tokens the
 server served from its prefix cache (each request's cached_tokens, measure/workload_metrics.prefix_cache), judged
 against what the workload allows and against the baseline's floor. A cache switched off or broken costs throughput
 too, but a throughput floor can only say "slower": this claim says which part moved."""

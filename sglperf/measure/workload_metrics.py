@@ -50,8 +50,9 @@ def prefix_cache(done: list[RequestRecord], window, server, allowed: float | Non
     prompt tokens the server served from its prefix cache (sum of cached_tokens over sum of prompt tokens), with a
     95% t interval over the requests (a ratio estimator's standard error), beside the share the workload allows and
     the server's own hit rate averaged over the window's scrapes. Nothing where the workload shares no prefix; a
-    share of None where the server reports no cached tokens. A conversation's requests say what they allow
-    themselves: the history an earlier turn sent or received, over their prompt tokens (`allowed` is then None)."""
+    share of None where the server reports no cached tokens. A conversation's or a trace's requests say what they
+    allow themselves: what earlier requests sent or received of their prompt (a conversation's history, a trace's
+    shared blocks), over their prompt tokens (`allowed` is then None)."""
     inside = [r for r in done if window is None or window[0] <= r.end_time <= window[1]]
     talk = [r for r in inside if r.history_tokens is not None and r.prompt_tokens > 0]
     if allowed is None and talk:
