@@ -89,3 +89,15 @@ def test_a_glm_shaped_moe_run_on_an_h100_exports_valid_reports(tmp_path, capsys)
     for doc in docs:
         validate(doc)
         assert doc["scenario"]["stack"][0]["native"]["args"]["--model-path"] == "{sglang_gpu_glm_moe_wide_model}"
+
+
+def test_a_trace_runs_reports_say_their_requests_were_sampled_from_a_trace_of_no_fixed_length(tmp_path, capsys):
+    run = sorted((DATA / "sim-trace").glob("*.json"))[0]
+    assert main(["export", "--format", "llm-d", str(run), "--out", str(tmp_path)]) == 0
+    for f in sorted(tmp_path.glob("*.json")):
+        doc = json.loads(f.read_text())
+        validate(doc)
+        load = doc["scenario"]["load"]
+        assert load["standardized"]["source"] == "sampled" and load["standardized"]["rate_qps"] in (20.0, 40.0)
+        assert load["standardized"]["input_seq_len"]["distribution"] == "other"
+        assert load["metadata"]["description"].startswith("trace agent-sessions.jsonl (")

@@ -195,3 +195,22 @@ def test_an_open_loops_window_spans_the_lulls_between_its_bursts_and_a_closed_lo
     closed = level_result(recs, concurrency=3, rate=None, isl=32, osl=4, policy=policy)
     assert closed.window_s < 0.2, closed.window_s
     assert opened.send_late_p50_ms == 0.0 and opened.trace_gap_p50_ms == pytest.approx(20.0)
+
+
+def test_the_committed_sim_trace_baseline_is_calibrate_over_its_five_runs():
+    """tests/data/sim-trace holds the five runs the baseline was calibrated from (docs/measurement.md, "A trace as a
+    judged workload"); calibrating them again makes the committed entries, value for value."""
+    from sglperf.judge import calibration
+    from sglperf.run import profiles
+    from sglperf.store import baselines
+    from sglperf.store.rundoc import load_run
+
+    runs = [load_run(p) for p in sorted((Path(__file__).parent / "data" / "sim-trace").glob("*.json"))]
+    prof = profiles.load("sim-trace")
+    committed = baselines.load(profiles.PROFILE_DIR.parent / "baselines" / "sim-trace" / "sim-ci.json")
+    for metric in ("sustained_output_tps", "prefix_cache_share", "tpot_p99_ms"):
+        made, _ = calibration.calibrate(runs, metric=metric, isl=prof.workload.isl, osl=prof.workload.osl,
+                                        floor=prof.measurement.min_tolerance, starts=prof.measurement.max_starts)
+        for lv in ("20", "40"):
+            kept, again = committed.configs["rr24"][lv][metric], made.configs["rr24"][lv][metric]
+            assert (kept.value, kept.tolerance, kept.runs) == (again.value, again.tolerance, 5), (metric, lv)

@@ -131,9 +131,12 @@ def level_report(run: RunDoc, config: str, c: ConfigDoc, key: str, stage: int) -
     lv = c.levels[key]
     fp = run.config_fingerprint(config) or {}
     workload = fp.get("workload") or (run.fingerprint or {}).get("workload") or f"random {lv.isl}/{lv.osl}"
-    spread = "other" if str(workload).startswith("length_mix") else "fixed"  # log-normal lengths, clipped
+    # a length mix (log-normal, clipped), a conversation (prompts grow by turn) and a trace (its own lengths, up to
+    # isl/osl) are no fixed length; a trace's requests are sampled from recorded traffic, the rest made at random
+    spread = "other" if str(workload).startswith(("length_mix", "multi_turn", "trace")) else "fixed"
     load_std: dict[str, object] = {
-        "tool": "sglperf", "tool_version": run.sglperf_version, "source": "random", "stage": stage,
+        "tool": "sglperf", "tool_version": run.sglperf_version,
+        "source": "sampled" if str(workload).startswith("trace") else "random", "stage": stage,
         "input_seq_len": {"distribution": spread, "value": lv.isl},
         "output_seq_len": {"distribution": spread, "value": lv.osl}}
     if lv.concurrency is not None:
