@@ -169,7 +169,8 @@ def test_a_trace_profile_is_judged_like_the_others_and_a_disabled_radix_cache_fa
               for prm in json.loads(f.read_text()).get("parameters", [])]
     assert any(prm["name"] == "trace replay" and "trace sent late by" in prm["value"] for prm in params)
 
-    p, out = suite(tmp_path / "off", "--levels", "20", "--server-arg=--disable-radix-cache")
+    # the latency ceilings left out: TPOT moves 2-4% with the cache off, and an undecided ceiling takes fresh starts
+    p, out = suite(tmp_path / "off", "--levels", "20", "--server-arg=--disable-radix-cache", "-k", "not latency")
     assert p.returncode == 1, out[-3000:]
     assert "PREFIX CACHE REGRESSION: sim-trace/rr24 r20: 0.000 ± 0.000 of prompt tokens served" in out, out[-3000:]
     assert "shared prefixes are recomputed" in out
@@ -214,3 +215,34 @@ def test_the_committed_sim_trace_baseline_is_calibrate_over_its_five_runs():
         for lv in ("20", "40"):
             kept, again = committed.configs["rr24"][lv][metric], made.configs["rr24"][lv][metric]
             assert (kept.value, kept.tolerance, kept.runs) == (again.value, again.tolerance, 5), (metric, lv)
+
+
+AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:15:46.6805900,374,44
+2023-11-16 18:15:50.9951690,396,109
+2023-11-16 18:15:47.0000000,879,20
+"""
+
+
+def test_azures_llm_inference_layout_is_read_in_time_order_each_prompt_its_own(tmp_path):
+    """Azure's public LLM inference traces (TIMESTAMP, ContextTokens, GeneratedTokens; this file is of our making):
+    times from the first row, in order; no blocks, so nothing a prefix cache may serve."""
+    f = tmp_path / "azure.csv"
+    f.write_text(AZURE)
+    trace = tr.load(f)
+    assert [(r.at_s, r.isl, r.osl) for r in trace.requests] == [(0.0, 374, 44), (pytest.approx(0.31941), 879, 20),
+                                                               (pytest.approx(4.314579), 396, 109)]
+    assert trace.allowed == (0, 0, 0) and trace.describe().endswith("every prompt its own")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("time,in,out\n1,2,3\n", ":1: a .csv trace starts with the header TIMESTAMP,ContextTokens,GeneratedTokens"),
+    (AZURE + "yesterday,10,10\n", ":5: TIMESTAMP 'yesterday' is not a date and time"),
+    (AZURE + "2023-11-16 18:16:00,-4,10\n", ":5: ContextTokens '-4' is not a whole number"),
+    (AZURE + "2023-11-16 18:16:00,10\n", ":5: GeneratedTokens '' is not a whole number"),
+])
+def test_an_azure_row_that_is_not_a_request_is_refused_naming_the_line_and_column(tmp_path, text, said):
+    f = tmp_path / "azure.csv"
+    f.write_text(text)
+    with pytest.raises(tr.TraceError, match=re.escape(f"{f}{said}")):
+        tr.load(f)

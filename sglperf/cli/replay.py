@@ -23,7 +23,8 @@ from .bench import vocab_range, vocabulary
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:30000")
     p.add_argument("--trace", required=True, help="a Mooncake-layout JSONL trace (timestamp ms, input_length, "
-                                                  "output_length, hash_ids)")
+                                                  "output_length, hash_ids), or Azure's LLM inference layout (.csv: "
+                                                  "TIMESTAMP, ContextTokens, GeneratedTokens)")
     p.add_argument("--speedup", type=positive("--speedup"), default=1.0,
                    help="send the trace this many times faster than it was recorded (default 1)")
     p.add_argument("--block-tokens", type=int, default=tr.BLOCK_TOKENS,

@@ -1,14 +1,18 @@
-"""Trace replay: real arrival times and lengths, sent on their timestamps (an open loop), in the Mooncake layout that
-AIPerf and Mooncake's traces use: one JSON object a line, `timestamp` (ms from the trace's start), `input_length`,
-`output_length` and `hash_ids`, each naming one block of `block_tokens` prompt tokens (the last block may be
-shorter). Prompts are built so that equal hash_ids are equal token blocks: requests that share blocks share a prefix,
-as the trace's users did, and a prefix cache may serve exactly the leading blocks an earlier request sent.
+"""Trace replay: real arrival times and lengths, sent on their timestamps (an open loop). Two layouts are read:
+- Mooncake's, as AIPerf and Mooncake's traces use: one JSON object a line, `timestamp` (ms from the trace's start),
+  `input_length`, `output_length` and `hash_ids`, each naming one block of `block_tokens` prompt tokens (the last
+  block may be shorter). Prompts are built so that equal hash_ids are equal token blocks: requests that share blocks
+  share a prefix, as the trace's users did, and a prefix cache may serve exactly the leading blocks an earlier request
+  sent.
+- Azure's public LLM inference traces (a `.csv` file): `TIMESTAMP` (a date and time), `ContextTokens`,
+  `GeneratedTokens` a row. They name no blocks, so every prompt is its own.
 
 What the replay reports: how late each request was sent against its (sped-up) timestamp, and the prefix cache's share
 of prompt tokens against what the shared blocks allow."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -71,8 +75,9 @@ class Trace:
         return max(r.isl for r in self.requests), max(r.osl for r in self.requests)
 
     def describe(self) -> str:
-        return (f"trace {self.name} ({self.digest}): {len(self.requests)} requests over {self.period_s:.2f} s, "
-                f"{self.block_tokens}-token blocks")
+        blocks = (f", {self.block_tokens}-token blocks" if any(r.hash_ids for r in self.requests) else
+                  ", every prompt its own")
+        return f"trace {self.name} ({self.digest}): {len(self.requests)} requests over {self.period_s:.2f} s{blocks}"
 
     def due_s(self, k: int, speedup: float) -> float:
         """When request k of the loop (pass k // n, request k % n) is due, seconds from the replay's start."""
@@ -87,20 +92,64 @@ class Trace:
 
 
 def load(path: str | Path, block_tokens: int = BLOCK_TOKENS) -> Trace:
-    """A trace file read (read_mooncake) into the record a workload replays."""
+    """A trace file read into the record a workload replays: a `.csv` in Azure's layout, anything else Mooncake's."""
     where = Path(path)
-    reqs = read_mooncake(where, block_tokens)
+    reqs = read_azure(where) if where.suffix.lower() == ".csv" else read_mooncake(where, block_tokens)
     digest = hashlib.sha256(where.read_bytes()).hexdigest()[:12]
     return Trace(tuple(reqs), block_tokens, where.name, digest)
+
+
+def _lines(where: Path) -> list[str]:
+    try:
+        return where.read_text().splitlines()
+    except OSError as e:
+        raise TraceError(f"--trace {where}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"--trace {where}: not text ({e.reason} at byte {e.start})") from None
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def read_azure(path: str | Path) -> list[TraceRequest]:
+    """Azure's LLM inference trace layout, in time order from its first row; a row that is not a request is refused
+    naming the file, line and column."""
+    where = Path(path)
+    rows = list(csv.reader(_lines(where)))
+    if not rows or tuple(c.strip() for c in rows[0][:3]) != AZURE_COLUMNS:
+        raise TraceError(f"--trace {where}:1: a .csv trace starts with the header {','.join(AZURE_COLUMNS)} (Azure's "
+                         f"LLM inference trace layout)")
+    stamped = []
+    for n, row in enumerate(rows[1:], 2):
+        if not row:
+            continue
+        at = f"--trace {where}:{n}"
+        try:
+            t = np.datetime64(row[0].strip().replace(" ", "T"), "ns")
+        except ValueError:
+            t = np.datetime64("NaT")
+        if np.isnat(t):
+            raise TraceError(f"{at}: TIMESTAMP {row[0]!r} is not a date and time")
+        counts = [_count(row, k, at) for k in (1, 2)]
+        stamped.append((t, counts[0], counts[1]))
+    if not stamped:
+        raise TraceError(f"--trace {where}: no requests")
+    t0 = min(t for t, _, _ in stamped)
+    return sorted((TraceRequest(float((t - t0) / np.timedelta64(1, "s")), i, o, ()) for t, i, o in stamped),
+                  key=lambda r: r.at_s)
+
+
+def _count(row: list[str], k: int, at: str) -> int:
+    v = row[k].strip() if k < len(row) else ""
+    if not v.isdigit() or not 1 <= int(v) <= MAX_TOKENS:
+        raise TraceError(f"{at}: {AZURE_COLUMNS[k]} {v!r} is not a whole number in [1, {MAX_TOKENS}]")
+    return int(v)
 
 
 def read_mooncake(path: str | Path, block_tokens: int = BLOCK_TOKENS) -> list[TraceRequest]:
     """The trace's requests in time order; a line that is not one is refused naming the file, line and field."""
     out, where = [], Path(path)
-    try:
-        lines = where.read_text().splitlines()
-    except OSError as e:
-        raise TraceError(f"--trace {where}: {e.strerror or e}") from None
+    lines = _lines(where)
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
