@@ -246,3 +246,26 @@ def test_an_azure_row_that_is_not_a_request_is_refused_naming_the_line_and_colum
     f.write_text(text)
     with pytest.raises(tr.TraceError, match=re.escape(f"{f}{said}")):
         tr.load(f)
+
+
+def test_a_replay_sent_later_than_a_quarter_of_its_median_gap_is_disturbed_and_an_on_time_one_is_not():
+    """Requests due 50 ms apart and sent 20 ms late have lost the trace's timing (bursts it spaced apart went out
+    together): a disturbance named with the numbers; 2 ms late is on time."""
+    from sglperf.measure.metrics import level_result
+    from sglperf.measure.validity import MeasurementPolicy
+    from sglperf.records import RequestRecord
+
+    def level(late_s):
+        recs = []
+        for i in range(400):
+            due = i * 0.05
+            t = due + late_s
+            recs.append(RequestRecord(i, t, t + 0.04, 32, 4, tuple(t + 0.01 * (k + 1) for k in range(4)),
+                                      (1, 1, 1, 1), 32, 4, "length", due_time=due))
+        return level_result(recs, concurrency=None, rate=20.0, isl=32, osl=4, policy=MeasurementPolicy())
+
+    late = level(0.020)
+    assert late.send_late_p50_ms == pytest.approx(20.0) and late.trace_gap_p50_ms == pytest.approx(50.0)
+    assert any("the client sent the trace's requests late (p50 20.0 ms" in d and "limit 25% of it" in d
+               for d in late.disturbances), late.disturbances
+    assert not level(0.002).disturbances
