@@ -24,6 +24,7 @@ import numpy as np
 from ..categories import UsageError
 from ..records import RequestRecord
 from .prompts import MAX_TOKENS, Prompt
+from .workload_metrics import lateness_ms, prefix_cache
 
 # Mooncake's traces and AIPerf's reader: 512 tokens a block.
 BLOCK_TOKENS = 512
@@ -73,6 +74,14 @@ class Trace:
     @property
     def longest(self) -> tuple[int, int]:
         return max(r.isl for r in self.requests), max(r.osl for r in self.requests)
+
+    def kv_basis(self) -> tuple[int, int, int]:
+        """The mean request's input and output lengths (what the KV pool holds on average) and the 90th percentile
+        of a request's tokens, as a length mix predicts its ceiling."""
+        n = len(self.requests)
+        whole = sorted(r.isl + r.osl for r in self.requests)
+        return (round(sum(r.isl for r in self.requests) / n), round(sum(r.osl for r in self.requests) / n),
+                whole[int(0.9 * n)])
 
     def describe(self) -> str:
         blocks = (f", {self.block_tokens}-token blocks" if any(r.hash_ids for r in self.requests) else
@@ -220,7 +229,7 @@ def shared_tokens(trace: list[TraceRequest], block: int = BLOCK_TOKENS) -> list[
 def summary(records: list[RequestRecord]) -> dict:
     """The replay in numbers: requests sent and failed, send lateness (p50, p99, max in ms), output tok/s over the
     replay, TTFT and TPOT percentiles, and the prefix cache's share of prompt tokens against what shared blocks
-    allow."""
+    allow (workload_metrics reads both as it does for a level)."""
     sent = [r for r in records if r.due_time is not None]
     ok = [r for r in sent if r.ok]
     late = np.array(lateness_ms(sent)) if sent else np.array([0.0])
@@ -228,8 +237,7 @@ def summary(records: list[RequestRecord]) -> dict:
     ttft = [1000 * (t - r.send_time) for r in ok if (t := r.first_token_time) is not None]
     tpot = [1000 * (r.end_time - t) / (r.output_tokens - 1) for r in ok
             if (t := r.first_token_time) is not None and r.output_tokens > 1]
-    rated = [r for r in ok if r.server_cached_tokens is not None]
-    prompt_tokens = sum(r.prompt_tokens for r in rated)
+    cache = prefix_cache(ok, None, [], None)
 
     def pct(xs, q):
         return round(float(np.percentile(xs, q)), 2) if len(xs) else None
@@ -240,12 +248,5 @@ def summary(records: list[RequestRecord]) -> dict:
         "output_tps": round(sum(r.output_tokens for r in ok) / span, 1) if span > 0 else None,
         "ttft_ms": {"p50": pct(ttft, 50), "p99": pct(ttft, 99)},
         "tpot_ms": {"p50": pct(tpot, 50), "p99": pct(tpot, 99)},
-        "cache_share": round(sum(min(r.server_cached_tokens or 0, r.prompt_tokens) for r in rated) / prompt_tokens, 4)
-        if prompt_tokens else None,
-        "cache_allowed": round(sum(r.history_tokens or 0 for r in rated) / prompt_tokens, 4) if prompt_tokens else None,
+        "cache_share": cache.get("prefix_cache_share"), "cache_allowed": cache.get("prefix_cache_allowed"),
     }
-
-
-def lateness_ms(sent: list[RequestRecord]) -> list[float]:
-    """How late each request was sent against when its trace meant it sent, ms (never below 0)."""
-    return [max(0.0, r.send_time - r.due_time) * 1000 for r in sent if r.due_time is not None]

@@ -107,16 +107,21 @@ def open_loop(records: list[RequestRecord], rate: float | None, queued: float | 
     return dict(offered_rps=rate, sent_rps=round(sent, 4), achieved_rps=round(done / span, 4), saturation=saturation)
 
 
+def lateness_ms(sent: list[RequestRecord]) -> list[float]:
+    """How late each request of a trace replay was sent against when the trace meant it sent, ms (never below 0)."""
+    return [max(0.0, r.send_time - r.due_time) * 1000 for r in sent if r.due_time is not None]
+
+
 def trace_sends(records: list[RequestRecord], window) -> dict:
     """A trace replay's timing over the requests due inside the window: how late each was sent against when the
     trace meant it sent (p50, p99 ms), and the median gap between requests the trace asked for at its speed-up.
     Nothing outside a trace."""
-    due = sorted((r.due_time, r.send_time) for r in records if r.due_time is not None
-                 and (window is None or window[0] <= r.due_time <= window[1]))
+    due = sorted((r for r in records if r.due_time is not None
+                  and (window is None or window[0] <= r.due_time <= window[1])), key=lambda r: r.due_time or 0.0)
     if len(due) < 2:
         return {}
-    late = [max(0.0, sent - at) * 1000 for at, sent in due]
-    gaps = np.diff([at for at, _ in due]) * 1000
+    late = lateness_ms(due)
+    gaps = np.diff([r.due_time for r in due]) * 1000
     return dict(send_late_p50_ms=round(float(np.percentile(late, 50)), 3),
                 send_late_p99_ms=round(float(np.percentile(late, 99)), 3),
                 trace_gap_p50_ms=round(float(np.median(gaps)), 3))

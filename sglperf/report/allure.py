@@ -74,8 +74,8 @@ def measured_parameters(r: LevelResult) -> None:
                         ("host CPU speed probe", fmt(r.host_cpu_speed, ".3g")),
                         ("valid", "yes" if r.valid else "no: " + "; ".join(r.invalid_reasons))):
         allure.dynamic.parameter(name, value, excluded=True)
-    if trace_line(r):
-        allure.dynamic.parameter("trace replay", trace_line(r), excluded=True)
+    if line := trace_line(r):
+        allure.dynamic.parameter("trace replay", line, excluded=True)
 
 
 def attach_level(meas, plots: bool = True) -> None:

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal  # noqa: F401
+from typing import TYPE_CHECKING, Annotated, Literal  # noqa: F401
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
@@ -18,6 +18,9 @@ from .. import engines
 from ..categories import UsageError
 from ..records import Rate
 from ..measure.prompts import MAX_TOKENS
+
+if TYPE_CHECKING:
+    from ..measure.trace import Trace
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,7 +79,8 @@ class WorkloadSection(Strict):
     # "multi_turn": conversations, an agent's sessions: each virtual user (a level's concurrency counts users) sends
     # `turns` requests, each the whole history (earlier prompts and replies) and `turn_tokens` new tokens, the first
     # ISL tokens, `think_time_s` after each reply (prompts.MultiTurn)
-    # "trace": a Mooncake-layout trace (`trace`, a path relative to the profile's directory; `block_tokens` a hash_id)
+    # "trace": a trace file (`trace`, relative to the profile's directory: Mooncake's JSON lines with `block_tokens` a
+    # hash_id, or Azure's .csv; measure/trace.py)
     # replayed on its timestamps and looped, sped up so that each of the ladder's `rates` is its mean offered rate
     # (measure/trace.Trace); isl and osl are the longest input and output the trace may send
     kind: Literal["random", "shared_prefix", "length_mix", "multi_turn", "trace"] = "random"
@@ -90,7 +94,7 @@ class WorkloadSection(Strict):
     length_sigma: float | None = Field(None, gt=0, le=3)
     isl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
     osl_max: int | None = Field(None, ge=1, le=MAX_TOKENS)
-    _trace: object = PrivateAttr(None)  # measure/trace.Trace, read when the profile is
+    _trace: Trace | None = PrivateAttr(None)  # read when the profile is (kind "trace")
 
     @model_validator(mode="after")
     def _replayed(self, info: ValidationInfo):
@@ -101,7 +105,7 @@ class WorkloadSection(Strict):
                 raise ValueError(f"trace and block_tokens are for kind = \"trace\" (kind is {self.kind!r})")
             return self
         if self.trace is None:
-            raise ValueError("kind = \"trace\" needs trace: a Mooncake-layout JSONL file")
+            raise ValueError("kind = \"trace\" needs trace: a trace file (Mooncake's JSON lines, or Azure's .csv)")
         if self.prompt_format != "ids":
             raise ValueError("kind = \"trace\" builds prompts of token blocks: prompt_format \"ids\"")
         from ..measure import trace as tr
@@ -172,11 +176,8 @@ class WorkloadSection(Strict):
             mt = self.conversation()
             return (self.isl + (mt.turns - 1) * (self.osl + mt.turn_tokens) // 2, self.osl,
                     mt.longest_prompt(self.isl, self.osl) + self.osl)
-        if self.kind == "trace":
-            reqs = self._trace.requests  # type: ignore[attr-defined]
-            whole = sorted(r.isl + r.osl for r in reqs)
-            return (round(sum(r.isl for r in reqs) / len(reqs)), round(sum(r.osl for r in reqs) / len(reqs)),
-                    whole[int(0.9 * len(whole))])
+        if self._trace is not None:
+            return self._trace.kv_basis()
         if self.kind != "length_mix":
             return self.isl, self.osl, None
         from ..measure.prompts import LengthMix
@@ -195,8 +196,8 @@ class WorkloadSection(Strict):
         if self.kind == "multi_turn":
             return (f"multi_turn {self.isl}/{self.osl}: {self.turns} turns of {self.turn_tokens} new tokens, think "
                     f"{self.think_time_s or 0:g} s")
-        if self.kind == "trace":
-            return self._trace.describe()  # type: ignore[attr-defined]
+        if self._trace is not None:
+            return self._trace.describe()
         if self.kind == "length_mix":
             return (f"length_mix {self.isl}/{self.osl}: log-normal sigma {self.length_sigma:g}, clipped at "
                     f"{self.isl_max}/{self.osl_max}")

@@ -420,8 +420,8 @@ class Suite(Servers):
                         lines.append(f"    {c.faster[str(lv)]}")
                     if r.by_turn:
                         lines += turn_table(r.by_turn)
-                    if trace_line(r):
-                        lines.append(f"    {trace_line(r)}")
+                    if line := trace_line(r):
+                        lines.append(f"    {line}")
         if self.history_path:
             lines.append(f"history: {self.history_path} (sglperf drift {self.history_path})")
         lines += self.candidates + self.pushed
