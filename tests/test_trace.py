@@ -270,3 +270,19 @@ def test_a_replay_sent_later_than_a_quarter_of_its_median_gap_is_disturbed_and_a
     assert any("the client sent the trace's requests late (p50 20.0 ms" in d and "limit 25% of it" in d
                for d in late.disturbances), late.disturbances
     assert not level(0.002).disturbances
+
+
+def test_a_trace_whose_window_sent_fewer_than_the_mean_rate_is_not_called_saturated_when_all_were_served():
+    """A trace's arrivals are its own: a window that falls in its quieter stretch sends 6 req/s of a 10 req/s mean.
+    A server that served every one kept up; measured against the Poisson expectation (rate x window) it would read
+    12.6 standard deviations short."""
+    from sglperf.measure.workload_metrics import open_loop
+    from sglperf.records import RequestRecord
+
+    recs = [RequestRecord(i, i / 6, i / 6 + 0.05, 32, 32, (i / 6 + 0.01,), (32,), 32, 32, "length", due_time=i / 6)
+            for i in range(601)]
+    kept = open_loop(recs, 10.0, 0.0)
+    assert kept["saturation"] is None and kept["achieved_rps"] == pytest.approx(6.0, abs=0.01)
+    poisson = [RequestRecord(r.index, r.send_time, r.end_time, 32, 32, r.chunk_times, r.chunk_tokens, 32, 32,
+                             "length") for r in recs]
+    assert "the server saturated" in open_loop(poisson, 10.0, 0.0)["saturation"], "a Poisson loop's rule stays"
