@@ -199,9 +199,10 @@ def test_real_llamacpp_drafting_is_measured_and_a_worse_draft_or_a_slower_target
     def llama(name, *args):
         p, out = spec_suite(tmp_path / name, "--levels", "1", *args, profile="cpu-llamacpp-spec")
         if "floor not judged: this host's CPU is" in out:
-            # one run's CPU probe gives the floor a ±17% band; CI's 2-core VM once probed 17% apart between two of
-            # this test's runs minutes apart, and the floor went unjudged (right: tests/test_host_speed.py pins that
-            # gate). What this test pins is the draft and the verify step, so a probe's slow spell earns one rerun.
+            # a one-run baseline's CPU band is the probe's prior alone, and a VM's probe can leave it between two runs
+            # minutes apart (docs/measurement.md, "The CPU probe between two runs"): the floor then goes unjudged,
+            # rightly (tests/test_host_speed.py pins that gate). This test pins the draft and the verify step, so a
+            # probe's slow spell earns one rerun.
             p, out = spec_suite(tmp_path / f"{name}-again", "--levels", "1", *args, profile="cpu-llamacpp-spec")
         return p, out
 

@@ -157,7 +157,7 @@ def test_a_trace_profile_is_judged_like_the_others_and_a_disabled_radix_cache_fa
 
     p, out = suite(tmp_path / "on", "--alluredir", str(tmp_path / "allure"))
     assert p.returncode == 0, out[-3000:]
-    # what the blocks allow depends on which requests a window holds: 0.756-0.762 over the calibration runs
+    # what the blocks allow depends on which requests a window holds (tests/data/sim-trace: 0.756-0.762)
     assert "    trace sent late by p50 " in out and re.search(r"the shared blocks allow 0\.7[5-7]\d", out), out[-3000:]
     run = json.loads(next((tmp_path / "on" / "runs").glob("*.json")).read_text())
     assert run["fingerprint"]["workload"].startswith("trace agent-sessions.jsonl (")
