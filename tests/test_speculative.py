@@ -289,3 +289,21 @@ def test_a_cohort_finishing_inside_a_bounding_scrapes_round_trip_is_the_counts_a
     assert c is not None
     assert (c.client_tps, c.server_tps) == (20 * 32 / 4.0, 20 * 32 / 4.0)
     assert c.edge_share == pytest.approx(4 / 20)
+
+
+def test_a_cohort_the_server_counted_just_before_a_scrape_is_not_read_on_the_wrong_side_of_it():
+    """A closed loop's 16 requests finish together, each cohort reaching the client 40 ms after the server counted it,
+    longer than the scrape's 10 ms round trip says. A window opening at 1.5 s, just after the server counted the
+    cohort the client sees at 1.51 s: bounded by its first scrape, the client would count one cohort the server had
+    counted before it (the CI host's ratio 1.0588 = 18/17); the count is bounded by scrapes between cohorts and
+    agrees exactly."""
+    from sglperf.measure.metrics import completion_count
+
+    seen = [1.51 + k for k in range(4)]  # cohorts of 16 x 32 tokens, as the client saw them finish
+    done = [RequestRecord(16 * k + i, 0.0, end, 32, 32, server_completion_tokens=32)
+            for k, end in enumerate(seen) for i in range(16)]
+    times = [1.5 + 0.25 * i for i in range(15)]
+    scrapes = [ServerSample(time=t, output_tokens_total=1000.0 + 16 * 32 * sum(1 for e in seen if e - 0.04 <= t),
+                            time_uncertainty_s=0.01) for t in times]
+    c = completion_count(done, scrapes, (1.5, 5.0), lag_p99_ms=0.0)
+    assert c is not None and c.client_tps == c.server_tps and c.edge_share == 0.0

@@ -395,6 +395,28 @@ class CompletionCount:
     edge_share: float
 
 
+def quiet_bounds(inside: list[ServerSample], ends: list[float]) -> tuple[ServerSample, ServerSample]:
+    """The two scrapes that bound a completion count: of the window's first and last thirds of scrapes, the one
+    farthest from any request's end. A closed loop's requests finish in cohorts, and a cohort the server counted just
+    before a scrape may reach the client just after it, later than the scrape's round trip and the client's lag
+    say (a 2-core CI host read one cohort, 1/17 of the window, on the wrong side); a scrape between cohorts has
+    nothing to misplace. Steady completions leave every scrape as near as the next: the outermost are kept."""
+    third = max(1, len(inside) // 3)
+    ends_sorted = np.sort(np.asarray(ends, dtype=float))
+
+    def room(s: ServerSample) -> float:
+        if not len(ends_sorted):
+            return np.inf
+        i = int(np.searchsorted(ends_sorted, s.time))
+        near = ends_sorted[max(0, i - 1):i + 1]
+        return float(np.min(np.abs(near - s.time)))
+
+    first, last = inside[:third], inside[-third:]
+    a = max(first, key=lambda s: (round(room(s), 3), -s.time))
+    b = max(last, key=lambda s: (round(room(s), 3), s.time))
+    return (a, b) if b.time > a.time else (inside[0], inside[-1])
+
+
 def completion_count(ok: list[RequestRecord], samples: list[ServerSample], window: tuple[float, float] | None,
                      lag_p99_ms: float | None) -> CompletionCount | None:
     if window is None:
@@ -402,9 +424,9 @@ def completion_count(ok: list[RequestRecord], samples: list[ServerSample], windo
     inside = [x for x in samples if window[0] <= x.time <= window[1] and x.output_tokens_total is not None]
     if len(inside) < 2 or inside[-1].time <= inside[0].time:
         return None
-    a, b = inside[0], inside[-1]
     lag = 2 * (lag_p99_ms or 0.0) / 1e3
     done = [(r.end_time, completion_tokens(r)) for r in ok]
+    a, b = quiet_bounds(inside, [t for t, _ in done])
     client = sum(n for t, n in done if a.time < t <= b.time)
     near = sum(n for t, n in done
                if abs(t - a.time) <= a.time_uncertainty_s + lag or abs(t - b.time) <= b.time_uncertainty_s + lag)
