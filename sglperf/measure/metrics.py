@@ -399,8 +399,8 @@ def quiet_bounds(inside: list[ServerSample], ends: list[float]) -> tuple[ServerS
     """The two scrapes that bound a completion count: of the window's first and last thirds of scrapes, the one
     farthest from any request's end. A closed loop's requests finish in cohorts, and a cohort the server counted just
     before a scrape may reach the client just after it, later than the scrape's round trip and the client's lag
-    say (a 2-core CI host read one cohort, 1/17 of the window, on the wrong side); a scrape between cohorts has
-    nothing to misplace. Steady completions leave every scrape as near as the next: the outermost are kept."""
+    say (docs/measurement.md, "A cohort on the wrong side of a scrape"); a scrape between cohorts has nothing to
+    misplace. Steady completions leave every scrape as near as the next: the outermost are kept."""
     third = max(1, len(inside) // 3)
     ends_sorted = np.sort(np.asarray(ends, dtype=float))
 
