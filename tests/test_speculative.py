@@ -307,3 +307,21 @@ def test_a_cohort_the_server_counted_just_before_a_scrape_is_not_read_on_the_wro
                             time_uncertainty_s=0.01) for t in times]
     c = completion_count(done, scrapes, (1.5, 5.0), lag_p99_ms=0.0)
     assert c is not None and c.client_tps == c.server_tps and c.edge_share == 0.0
+
+
+def test_a_request_the_server_counted_before_a_scrape_but_delivered_after_it_is_in_the_allowance():
+    """Each request's own client TTFT less the server's says its tokens take up to 50 ms to arrive: one that the
+    client saw finish 30 ms after the window's last scrape (outside that scrape's 10-ms round trip) may have been
+    counted by the server before it, so its tokens are the allowance (1 of the 20 the client saw finish between)."""
+    from sglperf.measure.metrics import completion_count
+
+    def req(i, end):
+        return RequestRecord(i, end - 1.0, end, 32, 32, chunk_times=(end - 0.9, end), chunk_tokens=(1, 31),
+                             server_completion_tokens=32, server_ttft_s=0.05)
+
+    done = [req(i, 2.0 + i * 0.1) for i in range(20)] + [req(20, 5.03)]
+    scrapes = [ServerSample(time=1.0, output_tokens_total=0.0, time_uncertainty_s=0.01),
+               ServerSample(time=5.0, output_tokens_total=21 * 32.0, time_uncertainty_s=0.01)]
+    c = completion_count(done, scrapes, (1.0, 5.0), lag_p99_ms=0.0)
+    assert c is not None and c.client_tps / c.server_tps == pytest.approx(20 / 21)
+    assert c.edge_share == pytest.approx(1 / 20)

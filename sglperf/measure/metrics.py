@@ -388,32 +388,38 @@ def whole_run(ok: list[RequestRecord], done: list[RequestRecord]) -> tuple[float
 class CompletionCount:
     """A counter that moves when a request finishes, against the requests the client saw finish, between the two
     scrapes that bound the window (no interpolation of a step function): tok/s of each, and the share of the
-    client's tokens whose requests finished within those scrapes' own timing (either side may have counted them)."""
+    client's tokens whose requests finished within those scrapes' own timing or the way out after them (either side
+    may have counted them)."""
 
     client_tps: float
     server_tps: float
     edge_share: float
 
 
-def quiet_bounds(inside: list[ServerSample], ends: list[float]) -> tuple[ServerSample, ServerSample]:
+def delivery_s(ok: list[RequestRecord]) -> float:
+    """How long a token may take from the server to the client, measured: the p99 of each request's client TTFT
+    less the server's own (SGLang's meta_info), which holds the request's way in and its first chunk's way out;
+    0 where the server gives no TTFT of its own."""
+    gaps = [r.first_token_time - r.send_time - r.server_ttft_s for r in ok
+            if r.server_ttft_s is not None and r.first_token_time is not None]
+    return max(0.0, float(np.percentile(gaps, 99))) if gaps else 0.0
+
+
+def quiet_bounds(inside: list[ServerSample], ends: list[float], late: float) -> tuple[ServerSample, ServerSample]:
     """The two scrapes that bound a completion count: of the window's first and last thirds of scrapes, the one
-    farthest from any request's end. A closed loop's requests finish in cohorts, and a cohort the server counted just
-    before a scrape may reach the client just after it, later than the scrape's round trip and the client's lag
-    say (docs/measurement.md, "A cohort on the wrong side of a scrape"); a scrape between cohorts has nothing to
-    misplace. Steady completions leave every scrape as near as the next: the outermost are kept."""
+    whose next request end the client saw lies farthest after it. A request the server counted before a scrape
+    reaches the client up to `late` s later (its round trip, the client's lag, the way out), so only ends just after
+    a scrape can sit on the wrong side of it. A closed loop's requests finish in cohorts (docs/measurement.md, "A
+    cohort on the wrong side of a scrape"): a scrape just before a cohort's end is the one to avoid."""
     third = max(1, len(inside) // 3)
-    ends_sorted = np.sort(np.asarray(ends, dtype=float))
+    after = np.sort(np.asarray(ends, dtype=float))
 
-    def room(s: ServerSample) -> float:
-        if not len(ends_sorted):
-            return np.inf
-        i = int(np.searchsorted(ends_sorted, s.time))
-        near = ends_sorted[max(0, i - 1):i + 1]
-        return float(np.min(np.abs(near - s.time)))
+    def room(x: ServerSample) -> float:
+        i = int(np.searchsorted(after, x.time - late, side="right"))  # ends within `late` before it count as after
+        return float(after[i] - x.time) if i < len(after) else np.inf
 
-    first, last = inside[:third], inside[-third:]
-    a = max(first, key=lambda s: (round(room(s), 3), -s.time))
-    b = max(last, key=lambda s: (round(room(s), 3), s.time))
+    a = max(inside[:third], key=lambda x: (round(room(x), 3), -x.time))
+    b = max(inside[-third:], key=lambda x: (round(room(x), 3), x.time))
     return (a, b) if b.time > a.time else (inside[0], inside[-1])
 
 
@@ -424,12 +430,14 @@ def completion_count(ok: list[RequestRecord], samples: list[ServerSample], windo
     inside = [x for x in samples if window[0] <= x.time <= window[1] and x.output_tokens_total is not None]
     if len(inside) < 2 or inside[-1].time <= inside[0].time:
         return None
-    lag = 2 * (lag_p99_ms or 0.0) / 1e3
+    lag, way = 2 * (lag_p99_ms or 0.0) / 1e3, delivery_s(ok)
     done = [(r.end_time, completion_tokens(r)) for r in ok]
-    a, b = quiet_bounds(inside, [t for t, _ in done])
+    a, b = quiet_bounds(inside, [t for t, _ in done], max(a.time_uncertainty_s for a in inside) + lag)
     client = sum(n for t, n in done if a.time < t <= b.time)
-    near = sum(n for t, n in done
-               if abs(t - a.time) <= a.time_uncertainty_s + lag or abs(t - b.time) <= b.time_uncertainty_s + lag)
+    # either side may have counted a request that ended within a scrape's timing, or that the server counted before
+    # it and the client saw after (up to the way out later)
+    near = sum(n for t, n in done if any(-(x.time_uncertainty_s + lag) <= t - x.time <= x.time_uncertainty_s + lag + way
+                                         for x in (a, b)))
     span = b.time - a.time
     server = float(b.output_tokens_total) - float(a.output_tokens_total)  # type: ignore[arg-type]
     if client <= 0 or server <= 0:
