@@ -77,12 +77,17 @@ def test_gpu8_skips_everything_here_with_a_reason_and_exits_0(tmp_path):
 
 
 def test_server_url_runs_the_suite_against_a_simulator_started_by_hand(tmp_path, start_sim):
-    # the same server as the profile's rr24-cds4 config (its baseline judges the floors)
+    """The same server as the profile's rr24-cds4 config, its baseline judging the floors. Its latency ceilings are
+    left out: this simulator at rr24 c16 sometimes runs a start in a second mode (requests waiting decode steps
+    before their prefill), which only a restart tells apart (judge/latency.over_starts), and a server started by
+    hand is never restarted (docs/measurement.md, "Latency ceilings on a server started by hand"). The ceilings
+    over restarts are tested on servers the suite starts."""
     srv = start_sim("--enable-metrics", "--max-running-requests", "24", "--num-continuous-decode-steps", "4",
                     "--noise-cv", "0.01", "--random-seed", "0")
-    p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16")
+    p = run_suite(tmp_path, "-m", "sim", "--server-url", srv.url, "--levels", "8,16",
+                  "-k", "not test_latency_ceilings")
     disturbed = assert_suite_passed(p.returncode, p.stdout)
-    assert outcomes(p.stdout)["passed"] == 9 - disturbed, p.stdout[-2000:]
+    assert outcomes(p.stdout)["passed"] == 7 - disturbed, p.stdout[-2000:]
     doc = json.loads(next((tmp_path / "reports" / "runs").glob("*.json")).read_text())
     assert list(doc["configs"]) == ["rr24-cds4"] and doc["configs"]["rr24-cds4"]["server"]["url"] == srv.url
     assert srv.proc.poll() is None, "--server-url must not stop a server it did not start"
