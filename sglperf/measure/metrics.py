@@ -432,7 +432,7 @@ def completion_count(ok: list[RequestRecord], samples: list[ServerSample], windo
         return None
     lag, way = 2 * (lag_p99_ms or 0.0) / 1e3, delivery_s(ok)
     done = [(r.end_time, completion_tokens(r)) for r in ok]
-    a, b = quiet_bounds(inside, [t for t, _ in done], max(a.time_uncertainty_s for a in inside) + lag)
+    a, b = quiet_bounds(inside, [t for t, _ in done], max(x.time_uncertainty_s for x in inside) + lag)
     client = sum(n for t, n in done if a.time < t <= b.time)
     # either side may have counted a request that ended within a scrape's timing, or that the server counted before
     # it and the client saw after (up to the way out later)
