@@ -218,3 +218,15 @@ def test_a_verdict_over_starts_names_every_starts_value_and_takes_the_decided_ou
     v = verdict_over_starts([bad, good], None)
     assert v.outcome == "inconclusive" and v.message.startswith("INCONCLUSIVE: sim-ci/rr24-cds4 c16:")
     assert verdict_over_starts([bad], "regression") is bad
+
+
+def test_a_ceiling_failed_on_its_only_start_with_no_fresh_start_to_be_had_is_inconclusive_saying_why():
+    from sglperf.judge.latency import LatencyVerdict, verdict_over_starts
+    bad = LatencyVerdict("regression", "server_ttft_mean_ms", 8.65, 8.2, 9.1, 7.82, 180,
+                         "LATENCY REGRESSION: sim-ci/rr24-cds4 c16: server_ttft_mean_ms 8.65 ms")
+    v = verdict_over_starts([bad], None)
+    assert v.outcome == "inconclusive" and v.message.startswith("INCONCLUSIVE: sim-ci/rr24-cds4 c16: server_ttft")
+    assert "one server start only" in v.message and "no fresh start could be had" in v.message
+    assert verdict_over_starts([bad], "regression") is bad, "a profile of one start: that start decides"
+    unsure = LatencyVerdict("inconclusive", "server_ttft_mean_ms", 7.9, 7.5, 8.3, 7.82, 180, "INCONCLUSIVE: x")
+    assert verdict_over_starts([unsure], None) is unsure

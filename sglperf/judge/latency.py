@@ -155,9 +155,18 @@ def over_starts(outcomes: list[str], allowed: int) -> str | None:
 
 def verdict_over_starts(each: list[LatencyVerdict], decided: str | None) -> LatencyVerdict:
     """One entry's verdict over its starts (`decided`: over_starts's outcome, None left undecided): the only
-    start's where one was judged, else a start's with the decided outcome, naming every start's value."""
-    if len(each) == 1:
+    start's where one was judged, else a start's with the decided outcome, naming every start's value. An entry
+    the one start failed, where the profile wanted a majority of more starts and none could be had (a server started
+    by hand, the restart budget spent), is inconclusive: one start may run in another mode, as the plateau's one-start
+    violation is (decide/plateau)."""
+    if len(each) == 1 and (decided is not None or each[0].outcome != "regression"):
         return each[0]
+    if len(each) == 1:
+        body = each[0].message.removeprefix(PREFIX["regression"])
+        return replace(each[0], outcome="inconclusive", message=(
+            f"{PREFIX['inconclusive']}{body}; seen on one server start only, and no fresh start could be had to "
+            f"repeat it: a latency ceiling is decided by the majority of the profile's starts, since one start can "
+            f"run in another mode (a larger max_starts or start_budget_s, or a server the suite starts, would decide)"))
     outcome = decided or "inconclusive"
     pick = next((v for v in each if v.outcome == outcome), each[0])
     values = ", ".join(f"{'?' if v.value is None else format(v.value, ',.1f')} ({v.outcome})" for v in each)
