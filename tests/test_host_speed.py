@@ -51,6 +51,15 @@ def test_a_host_slower_than_a_gpu_baseline_past_its_band_says_by_how_much_and_a_
     assert host_speed.slower(55.0, 42.0, 0.02, 3) is None, "faster: nothing to excuse"
 
 
+def test_a_profile_whose_server_follows_half_its_cpu_excuses_half_the_deficit_and_says_so():
+    slow = host_speed.slower(33.5, 42.0, 0.02, 3, follows=0.5)
+    assert slow.deficit == pytest.approx(0.2024, abs=1e-3) and slow.share == pytest.approx(0.1012, abs=1e-3)
+    assert "probed 20% slower" in slow.words() and "so up to 10% of its throughput may be the host's" in slow.words()
+    assert "follows at most 50% of its CPU's deficit: [measurement] host_cpu_share" in slow.words()
+    assert host_speed.slower(39.0, 42.0, 0.02, 3, follows=0.5) is None, "inside the band: nothing to excuse either way"
+    assert "host_cpu_share" not in host_speed.slower(33.5, 42.0, 0.02, 3).words(), "the default: all of it"
+
+
 def test_extend_takes_the_new_runs_probes_and_pools_them_with_the_baselines():
     a = baselines.HostSpeed(score=40.0, cv=0.03, runs=3)
     b = baselines.HostSpeed(score=36.0, cv=0.01, runs=2)
@@ -212,11 +221,13 @@ def test_a_gpu_run_weighs_its_host_by_the_probes_before_its_server_starts_not_th
     as the baseline's were (before a start) weigh. A host that probed low before each start is named, by how much."""
     from types import SimpleNamespace
 
+    from sglperf.run.profiles import MeasurementSection
     from sglperf.run.servers import ConfigRun
 
     bf = SimpleNamespace(host_speed=SimpleNamespace(score=83.3, cv=0.07, runs=6))
     suite = SimpleNamespace(host_speeds=[78.2734], level_cpu_speeds=[11.0431, 10.9638])
-    run = SimpleNamespace(suite=suite, hardware_class="1 x NVIDIA H100 80GB HBM3")
+    run = SimpleNamespace(suite=suite, hardware_class="1 x NVIDIA H100 80GB HBM3",
+                          profile=SimpleNamespace(measurement=MeasurementSection()))
     assert ConfigRun.host_slower(run, bf) is None
     suite.host_speeds = [66.0, 64.5]
     slow = ConfigRun.host_slower(run, bf)

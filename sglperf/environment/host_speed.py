@@ -114,24 +114,33 @@ class SlowerHost:
     now: float  # this run's probe (the geometric mean of the probes before its levels so far)
     then: float  # the baseline's
     band: float  # the baseline's band, relative
+    follows: float = 1.0  # the profile's host_cpu_share: how much of the CPU's deficit its throughput can follow
 
     @property
-    def share(self) -> float:
+    def deficit(self) -> float:
         """How much slower, as a share of the baseline's speed (0.2: a fifth)."""
         return 1 - self.now / self.then
 
+    @property
+    def share(self) -> float:
+        """How much of the server's throughput the slower CPU may explain: its deficit, times the share of it a
+        server of this profile follows (all of it unless the profile says less)."""
+        return self.deficit * self.follows
+
     def words(self) -> str:
-        return (f"this host's CPU probed {self.share:.0%} slower than on the runs the baseline was taken on (speed "
+        part = "" if self.follows >= 1 else (f" (this profile's server follows at most {self.follows:.0%} of its "
+                                             f"CPU's deficit: [measurement] host_cpu_share)")
+        return (f"this host's CPU probed {self.deficit:.0%} slower than on the runs the baseline was taken on (speed "
                 f"probe {self.now:.3g} against {self.then:.3g}, a host within ±{self.band:.0%} counts as the same): "
                 f"the server schedules, tokenizes and serves HTTP on it, so up to {self.share:.0%} of its throughput "
-                f"may be the host's")
+                f"may be the host's{part}")
 
 
-def slower(score: float, then: float, cv: float | None, runs: int) -> SlowerHost | None:
+def slower(score: float, then: float, cv: float | None, runs: int, follows: float = 1.0) -> SlowerHost | None:
     """The host of `score`, where it probed slower than the baseline's `then` (from `runs` runs of spread `cv`) by
-    more than the band; None where it is inside the band or faster."""
+    more than the band; None where it is inside the band or faster. `follows`: the profile's host_cpu_share."""
     b = band(cv, runs)
-    return SlowerHost(score, then, b) if math.log(score / then) < -math.log1p(b) else None
+    return SlowerHost(score, then, b, follows) if math.log(score / then) < -math.log1p(b) else None
 
 
 def outside(score: float, then: float, cv: float | None, runs: int, probes: int = 1) -> str | None:

@@ -254,6 +254,10 @@ class MeasurementSection(Strict):
     max_steal_share: float = Field(0.05, gt=0, lt=1, description="stolen CPU above this share of what the work "
                                    "wanted disturbs a level (lower for a server whose step loop is one thread the "
                                    "GPU waits on)")
+    host_cpu_share: float = Field(1.0, ge=0, le=1, description="the largest share of a slower host CPU's deficit "
+                                  "this server's throughput follows (1: all of it, a server bound by its host's "
+                                  "Python; less for a model whose decode step is GPU time, measured on slower "
+                                  "hosts): a floor missed by no more than that is INVALID naming the host")
     # restarts
     max_starts: int = Field(1, ge=1, le=10, description="server starts a level may be measured on, in all: an "
                             "undecided level is measured again after a restart (1: never)")

@@ -107,7 +107,8 @@ class ConfigRun:
         if bf is None or bf.host_speed is None or not scores or fingerprint.cpu_class(self.hardware_class):
             return None
         now, _ = host_speed.summarize(scores)
-        return host_speed.slower(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs)
+        return host_speed.slower(now, bf.host_speed.score, bf.host_speed.cv, bf.host_speed.runs,
+                                 follows=self.profile.measurement.host_cpu_share)
 
     def replicate_note(self, level: int) -> str:
         """What an undecided verdict adds: how often the level was re-measured, or why it was not."""
