@@ -320,6 +320,8 @@ class LevelResult:
     # the client's event-loop lag, mean, and the share of the offered load it held back (metrics.late_share)
     client_lag_mean_ms: float | None = None
     client_late_share: float | None = None
+    # the longest the client's event loop was late in the window: a block of the process (its tokens are read late)
+    client_lag_max_ms: float | None = None
 
     @property
     def name(self) -> str:

@@ -242,3 +242,39 @@ def test_ctrl_c_after_the_interrupted_level_is_saved_raises_again_and_never_reac
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # Python runs the handler between bytecodes: at once
+
+
+def test_a_check_after_a_pause_of_the_process_snapshots_once_the_streams_have_read_what_reached_them():
+    """Tokens reach a stream's socket while the event loop is busy (a long pause of the process): snapshotted at once,
+    the reader has not read them yet; after level.caught_up it has read them all."""
+    import asyncio
+    import socket
+
+    from sglperf.measure.level import caught_up
+
+    async def busy_then(settle) -> tuple[int, int]:
+        ours, peer = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=ours)
+        got: list[int] = []
+
+        async def read() -> None:
+            while line := await reader.readline():
+                got.append(int(line))
+
+        task = asyncio.create_task(read())
+        peer.sendall(b"".join(b"%d\n" % i for i in range(100)))
+        await asyncio.sleep(0.05)
+        before = len(got)
+        peer.sendall(b"".join(b"%d\n" % i for i in range(100, 600)))  # arrives while the loop does not turn
+        await settle()
+        seen = len(got)
+        task.cancel()
+        writer.close()
+        peer.close()
+        return before, seen
+
+    async def at_once():
+        return None
+
+    assert asyncio.run(busy_then(at_once)) == (100, 100), "the snapshot misses what arrived while the loop was busy"
+    assert asyncio.run(busy_then(lambda: caught_up(lambda: 0.0))) == (100, 600)

@@ -263,6 +263,19 @@ class Checker:
         return await asyncio.to_thread(self._check, snap, finished, now)
 
 
+CATCH_UP_YIELDS = 4
+
+
+async def caught_up(clock) -> float:
+    """The time a check may snapshot the level at, once the streams have read what reached them while the loop was
+    busy: a socket's data is read in one pass of the loop and its reader wakes in the next, so a check that
+    snapshots at once, after a pause of the process, ends its window with those tokens unread (the window then
+    reads the server's counter ahead and the sustained rate low: docs/measurement.md, "A pause before a check")."""
+    for _ in range(CATCH_UP_YIELDS):
+        await asyncio.sleep(0)
+    return clock()
+
+
 async def _watch(gen, load: asyncio.Task, check: Checker, spec: LevelSpec, policy: MeasurementPolicy,
                  watch: ServerWatch, decided, progress, clock) -> tuple[Stop, LevelResult | None]:
     """Until a stop condition holds: failures and deaths are noticed within 0.25 s; the interval is checked every
@@ -282,6 +295,7 @@ async def _watch(gen, load: asyncio.Task, check: Checker, spec: LevelSpec, polic
                 return stop, decision
             continue
         next_check = now + max(spec.check_interval_s, 0.10 * (now - t0))
+        now = await caught_up(clock)
         decision, tokens = await check(gen, now)
         if progress:
             r = decision
