@@ -232,5 +232,9 @@ def test_a_gpu_run_weighs_its_host_by_the_probes_before_its_server_starts_not_th
     suite.host_speeds = [66.0, 64.5]
     slow = ConfigRun.host_slower(run, bf)
     assert slow is not None and slow.share == pytest.approx(1 - 65.25 / 83.3, abs=0.002)
+    run.profile = SimpleNamespace(measurement=MeasurementSection(host_cpu_share=0.5))
+    half = ConfigRun.host_slower(run, bf)
+    assert half.deficit == pytest.approx(slow.deficit) and half.share == pytest.approx(slow.share / 2), \
+        "the profile's host_cpu_share bounds what the slower CPU excuses"
     assert ConfigRun.host_slower(SimpleNamespace(**{**run.__dict__, "hardware_class": "cpu:X x 2"}), bf) is None, \
         "a CPU server's host is judged by its band before any floor (host_outside)"

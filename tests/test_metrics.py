@@ -354,3 +354,18 @@ def test_regime_changes_are_rarely_seen_in_steady_noise_and_always_in_a_30_perce
     for k in (10, 30):
         assert np.mean([named(k, 0.0) for _ in range(400)]) < 0.01
     assert np.mean([named(30, 0.30) for _ in range(100)]) == 1.0
+
+
+def test_one_long_pause_of_the_client_loop_shows_in_its_longest_lateness_not_its_p99():
+    """A 50-ms ticker late by 1-3 ms, except once by 430 ms (the process paused): the p99 of about 200 samples stays
+    low, the longest lateness names the pause."""
+    from sglperf.measure.metrics import client_health
+    from sglperf.records import ClientSample
+
+    lags = [0.001 + 0.002 * (i % 2) for i in range(200)]
+    lags[150] = 0.43
+    samples = [ClientSample(time=i * 0.05, cpu_s=i * 0.005, loop_lag_s=lag) for i, lag in enumerate(lags)]
+    health = client_health(samples, (0.0, 10.0))
+    assert health.lag_max_ms == pytest.approx(430.0) and health.lag_p99_ms < 10.0
+    assert health.cpu == pytest.approx(0.1)
+    assert client_health([], (0.0, 10.0)).lag_max_ms is None

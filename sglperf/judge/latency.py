@@ -159,9 +159,9 @@ def verdict_over_starts(each: list[LatencyVerdict], decided: str | None) -> Late
     the one start failed, where the profile wanted a majority of more starts and none could be had (a server started
     by hand, the restart budget spent), is inconclusive: one start may run in another mode, as the plateau's one-start
     violation is (decide/plateau)."""
-    if len(each) == 1 and (decided is not None or each[0].outcome != "regression"):
-        return each[0]
     if len(each) == 1:
+        if decided is not None or each[0].outcome != "regression":
+            return each[0]
         body = each[0].message.removeprefix(PREFIX["regression"])
         return replace(each[0], outcome="inconclusive", message=(
             f"{PREFIX['inconclusive']}{body}; seen on one server start only, and no fresh start could be had to "
