@@ -15,6 +15,7 @@ from typing import Callable
 from ..categories import UsageError
 from .client import ClientMonitor, LoadGenerator, Target, Workload, run_loop
 from .metrics import ArrivalLog, LevelEnd, LevelSamples, MeasurementPolicy, level_result
+from .validity import count_checkable
 from ..environment.gpu import GpuMonitor
 from ..environment.gpu_faults import FaultWatch
 from ..environment.host import HostMonitor
@@ -186,12 +187,13 @@ def stalled(gen, now: float, t0: float, timeout_s: float) -> Stop | None:
 
 
 def trusted(res: LevelResult, elapsed: float, spec: LevelSpec, policy: MeasurementPolicy) -> bool:
-    """An interval that may stop a level: enough batches over enough steady state, after the level's minimum."""
+    """An interval that may stop a level: enough batches over enough steady state, after the level's minimum, and a
+    window whose count the server's counter can check (validity.count_checkable)."""
     need = max(policy.min_completions, spec.concurrency or 0)
     lifetimes = res.window_s / res.lifetime_s if res.lifetime_s else 0.0
     return (res.sustained_output_tps_ci95 is not None and bool(res.sustained_output_tps) and elapsed >= spec.min_seconds
             and res.completed_in_window >= need and lifetimes >= policy.trusted_window_lifetimes
-            and res.window_s >= policy.converge_window_s)
+            and res.window_s >= policy.converge_window_s and count_checkable(res, policy.server_agreement))
 
 
 def converged(res: LevelResult, policy: MeasurementPolicy) -> Stop | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..records import RequestRecord
+from ..records import LevelResult, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class MeasurementPolicy:
     max_sim_behind: float = 0.05  # the simulator late by more than this share of its engine time: disturbed
     max_steal_share: float = 0.05  # the hypervisor's steal above this share of the CPU the work wanted: disturbed
     converge_window_s: float = 3.0
+    # the profile's [measurement] server_agreement: a level may stop only once its count can be checked to it
+    server_agreement: float = 0.02
     # Client-bound: the client's CPU near one core (its event loop is one thread) is invalid. A loop late enough to
     # hold back more than max_late_share of the offered load (metrics.late_share) is a disturbance, as a busy host
     # is: it can only lower throughput and raise latency, so a level that passes passed, and one that does not is
@@ -149,3 +151,14 @@ def _client_rules(st, policy: MeasurementPolicy, warns: list[str]) -> list[str]:
     if cpu is not None and cpu > policy.max_client_cpu_share:
         reasons.append(f"client-bound: client CPU {cpu:.0%} of a core > {policy.max_client_cpu_share:.0%}")
     return reasons
+
+
+def count_checkable(r: LevelResult, tolerance: float) -> bool:
+    """Whether the window is long enough for its count check to see a gap of a few times `tolerance`. A counter
+    that moves when requests finish is checked on the requests that finished between two scrapes, and the ones that
+    finished within those scrapes' timing widen its allowance (server_agreement). A closed loop's requests finish in
+    cohorts: on a short window one cohort near a scrape is a large share, and a loaded host's 4-s window of the
+    simulator's drafting server had 10% allowed, letting an 8% over-count pass. While that share is above
+    `tolerance` the level runs on (the share falls as the window grows); a per-token counter's edges are a decode
+    step, never that wide."""
+    return not r.server_count_at_completion or (r.client_completed_edge_share or 0.0) <= tolerance

@@ -99,6 +99,7 @@ class Suite(Servers):
         m = profile.measurement
         slo = profile.slo
         return MeasurementPolicy(ci_target=self.opts.ci_target or m.ci_target, max_steal_share=m.max_steal_share,
+                                 server_agreement=m.server_agreement,
                                  slo_ttft_ms=slo.ttft_ms_p99 if slo else None,
                                  slo_tpot_ms=slo.tpot_ms_p99 if slo else None)
 
