@@ -99,10 +99,11 @@ def test_the_whole_profile_on_the_first_host_rr16_green_rr64_below_a_baseline_of
 
 def test_the_overlap_scheduler_off_is_a_throughput_regression_on_a_host_whose_cpu_explains_less_than_its_drop():
     """`--disable-overlap-schedule` on a host whose CPU probed 24% slower: c32 -23.3% over three starts, c64 -25.6%,
-    c96 -29% (measured, then cut before the run wrote its verdict; replayed here). Live, the rule took all of a slower CPU as the server's possible loss and
-    read c32 and c64 INVALID naming the host once the profile's third start had brought the CPU probe below the
-    baseline's band. This model follows at most half of its CPU's deficit (gpu1-sglang's host_cpu_share: cap 16 read
-    within 2.3% on a CPU 19% slower), so at most 12% is the host's and all three drops are the server's, naming the flag."""
+    c96 -29% (measured, then cut before the run wrote its verdict; replayed here). Live, the rule took all of a
+    slower CPU as the server's possible loss and read c32 and c64 INVALID naming the host once the profile's third
+    start had brought the CPU probe below the baseline's band. This model follows at most half of its CPU's deficit
+    (gpu1-sglang's host_cpu_share: cap 16 read within 2.3% on a CPU 19% slower), so at most 12% is the host's and
+    all three drops are the server's, naming the flag."""
     path = DATA / "no-overlap-cut-20261207-215426-4ccb67.json"
     run = load_run(path)
     levels = run.configs["rr16"].levels
