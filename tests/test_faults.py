@@ -120,6 +120,37 @@ def test_a_taken_port_is_a_clear_error_and_an_auto_port_is_retried(tmp_path):
     assert_clean(tmp_path)
 
 
+LOSES_ITS_FIRST_PORT = """
+import argparse, http.server, pathlib, sys, time
+a = argparse.ArgumentParser(); a.add_argument("--host"); a.add_argument("--port", type=int); a.add_argument("marker")
+args = a.parse_args()
+if not pathlib.Path(args.marker).exists():  # as SGLang: uvicorn's bind fails, its processes stay
+    pathlib.Path(args.marker).write_text("x")
+    print(f"ERROR:    [Errno 98] error while attempting to bind on address ({args.host!r}, {args.port}): address "
+          "already in use", flush=True)
+    time.sleep(600)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer((args.host, args.port), H).serve_forever()
+"""
+
+
+def test_a_server_that_stays_up_after_losing_its_auto_port_is_restarted_on_another_at_once(tmp_path):
+    """SGLang whose chosen port another process took before uvicorn bound it logs "address already in use" and
+    lives on, so /health never answers: CI waited out a 240-s launch timeout. The launch now retries at once."""
+    script = tmp_path / "server.py"
+    script.write_text(LOSES_ITS_FIRST_PORT)
+    t0 = time.monotonic()
+    server = launch(LaunchSpec("lost-port", [sys.executable, str(script), str(tmp_path / "marker")], tmp_path / "logs",
+                               launch_timeout_s=120))
+    try:
+        assert time.monotonic() - t0 < 30
+        assert len(list((tmp_path / "logs").glob("*.log"))) == 2, "the first start, then one on another port"
+    finally:
+        server.stop()
+
+
 # 4. crash mid-level ------------------------------------------------------------------------------------------------
 def test_a_crash_mid_level_ends_it_as_infrastructure_within_seconds(tmp_path):
     t0 = time.monotonic()

@@ -186,6 +186,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_lost(log_path: Path) -> bool:
+    """The server's log says a bind failed while the process lives on: SGLang's uvicorn logs "address already in
+    use" and its processes stay, so /health never answers (an auto-chosen port that one of SGLang's own start-up
+    sockets took between free_port and its bind waited out a 240-s launch timeout on CI). Where the port was chosen
+    for it, the launch is retried on another."""
+    return "address already in use" in tail(log_path, 20).lower()
+
+
 def tail(path: Path, lines: int = 40) -> str:
     try:
         with open(path, "rb") as f:
@@ -506,6 +514,17 @@ def _wait_ready(server: Server, said_ready: threading.Event) -> None:
                 last = f"HTTP {r.status_code}"
             except requests.RequestException as e:
                 last = "timed out after 5 s" if isinstance(e, requests.Timeout) else type(e).__name__
+            if port_lost(log_path):
+                try:
+                    proc.wait(timeout=2)
+                    continue  # it exited: told above, with its code
+                except subprocess.TimeoutExpired:
+                    pass
+                server.stop()
+                t = tail(log_path)
+                raise PortInUse(f"server {spec.name!r} could not bind a port another process took after it was "
+                                f"chosen ({error_lines(t) or 'address already in use'}); stopped it.\nLog: {log_path}",
+                                log_path=log_path, log_tail=t)
             now = time.monotonic()
             if said_ready.is_set() and ready_at is None:
                 ready_at = now
